@@ -1,0 +1,2 @@
+"""kwire: a Kafka wire-protocol client for Python."""
+__version__ = "0.1.0"

@@ -1,0 +1,399 @@
+"""Every configuration property kwire understands, in one table, and the parser that checks them.
+
+Names follow librdkafka / the Java client, so a confluent-kafka configuration dict works as it
+is.  Defaults follow librdkafka where the two differ (kwire's users usually come from
+confluent-kafka); the ``doc`` of such a property says so.
+
+    cfg = parse_config({"bootstrap.servers": "localhost:9092", "group.id": "g"}, role="consumer")
+    cfg.session_timeout_ms          # 45000 -- dots become underscores
+    cfg["session.timeout.ms"]       # the same value
+
+:func:`parse_config` raises :class:`~kwire.errors.ConfigError` naming the key for an unknown key
+or a bad value (wrong type, out of range, not one of the choices).  Booleans accept
+``true/false/1/0/yes/no/on/off`` strings, numbers accept decimal strings, lists accept
+comma-separated strings.  ``python -m kwire.config > docs/CONFIG.md`` renders the table.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from .errors import ConfigError
+
+__all__ = ["Prop", "PROPERTIES", "Config", "parse_config", "render_markdown"]
+
+CLIENT = "client"  # every role
+CONSUMER = "consumer"
+PRODUCER = "producer"
+ROLES = (CONSUMER, PRODUCER, "admin")
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Prop:
+    """One configuration property."""
+
+    name: str
+    type: str  # "str" | "int" | "bool" | "enum" | "list" | "callable"
+    default: Any
+    doc: str
+    role: str = CLIENT  # CLIENT, CONSUMER or PRODUCER
+    choices: tuple[str, ...] = ()  # for "enum", and the allowed items of a "list"
+    value_aliases: Mapping[str, str] = field(default_factory=dict)  # accepted spellings -> canonical
+    min: int | None = None
+    max: int | None = None
+    aliases: tuple[str, ...] = ()  # other names for the same property
+    unsupported: Mapping[Any, str] = field(default_factory=dict)  # value -> why it is refused
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+
+def _p(*args, **kw) -> Prop:
+    return Prop(*args, **kw)
+
+
+_OFFSET_RESET_ALIASES = {"smallest": "earliest", "beginning": "earliest",
+                         "largest": "latest", "end": "latest"}
+
+_DEBUG_CONTEXTS = ("all", "generic", "broker", "topic", "metadata", "protocol", "consumer", "cgrp",
+                   "fetch", "msg", "producer", "queue", "security", "conf", "admin")
+
+_PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "consistent", "random",
+                 "fnv1a_random", "fnv1a")
+
+PROPERTIES: tuple[Prop, ...] = (
+    # --- every client ------------------------------------------------------------------
+    _p("bootstrap.servers", "list", [], "Initial brokers as host:port, comma-separated; tried in "
+       "turn until one answers.  Required.", aliases=("metadata.broker.list",)),
+    _p("client.id", "str", "kwire", "Client identifier sent in every request header."),
+    _p("client.rack", "str", "", "Rack of this client, sent in Fetch requests (KIP-392) so a "
+       "broker may direct fetches to a replica in the same rack."),
+    _p("security.protocol", "enum", "plaintext", "Protocol to talk to brokers.  Only PLAINTEXT "
+       "for now.", choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
+       unsupported={"ssl": "not supported yet", "sasl_plaintext": "not supported yet",
+                    "sasl_ssl": "not supported yet"}),
+    _p("socket.timeout.ms", "int", 60000, "Default timeout of blocking network operations "
+       "(metadata look-ups, admin calls) when the caller gives none.", min=10, max=300000),
+    _p("request.timeout.ms", "int", 30000, "How long a request may wait for its response before "
+       "it fails with KafkaTimeoutError.", min=1, max=900000),
+    _p("socket.connection.setup.timeout.ms", "int", 30000, "Maximum time to establish a TCP "
+       "connection and negotiate ApiVersions.", min=1000, max=INT32_MAX),
+    _p("reconnect.backoff.ms", "int", 100, "Initial wait before reconnecting to a broker; doubles "
+       "per failed attempt (with -25%..+50% jitter) up to reconnect.backoff.max.ms.",
+       min=0, max=3600000),
+    _p("reconnect.backoff.max.ms", "int", 10000, "Upper bound of the reconnect backoff.",
+       min=0, max=3600000),
+    _p("retry.backoff.ms", "int", 100, "Wait before retrying a failed request.", min=1,
+       max=300000),
+    _p("metadata.max.age.ms", "int", 900000, "Cluster metadata older than this is refreshed "
+       "(librdkafka's default; Java's is 300000).", min=1, max=86400000),
+    _p("receive.message.max.bytes", "int", 100000000, "Largest response frame accepted; a frame "
+       "claiming more (plus 64 KiB of slack) is a protocol error and closes the connection.",
+       min=1000, max=INT32_MAX),
+    _p("debug", "list", [], "Comma-separated debug contexts.  'protocol' (or 'all') logs every "
+       "request and response on the 'kwire.protocol' logger at DEBUG.", choices=_DEBUG_CONTEXTS),
+    _p("error_cb", "callable", None, "Called with a KwireError for errors not tied to one "
+       "request (as confluent-kafka's error_cb)."),
+    _p("logger", "callable", None, "A logging.Logger to use instead of the 'kwire' loggers."),
+    # --- consumer ----------------------------------------------------------------------
+    _p("group.id", "str", None, "Consumer group id.  Required for subscribe() and commits.",
+       role=CONSUMER),
+    _p("group.instance.id", "str", None, "Static membership id (KIP-345).", role=CONSUMER),
+    _p("session.timeout.ms", "int", 45000, "Group session timeout: a member whose heartbeats "
+       "stop for this long is removed.", role=CONSUMER, min=1, max=3600000),
+    _p("heartbeat.interval.ms", "int", 3000, "Interval between group heartbeats.", role=CONSUMER,
+       min=1, max=3600000),
+    _p("max.poll.interval.ms", "int", 300000, "Maximum time between poll() calls before the "
+       "member leaves the group.", role=CONSUMER, min=1, max=86400000),
+    _p("partition.assignment.strategy", "list", ["range", "roundrobin"], "Assignors offered to "
+       "the group, in order of preference.", role=CONSUMER,
+       choices=("range", "roundrobin", "cooperative-sticky")),
+    _p("enable.auto.commit", "bool", True, "Commit consumed offsets in the background every "
+       "auto.commit.interval.ms.", role=CONSUMER),
+    _p("auto.commit.interval.ms", "int", 5000, "Period of automatic commits.", role=CONSUMER,
+       min=0, max=86400000),
+    _p("enable.auto.offset.store", "bool", True, "Store the offset of each message returned by "
+       "poll() for the next commit.", role=CONSUMER),
+    _p("auto.offset.reset", "enum", "latest", "Where to start without a committed offset (or "
+       "when it is out of range): earliest, latest, or error.  librdkafka's aliases smallest, "
+       "beginning (= earliest), largest, end (= latest) are accepted.", role=CONSUMER,
+       choices=("earliest", "latest", "error"), value_aliases=_OFFSET_RESET_ALIASES),
+    _p("isolation.level", "enum", "read_committed", "Whether to return records of aborted "
+       "transactions (librdkafka's default; Java's is read_uncommitted).", role=CONSUMER,
+       choices=("read_committed", "read_uncommitted")),
+    _p("fetch.min.bytes", "int", 1, "Minimum bytes a broker gathers before answering a Fetch.",
+       role=CONSUMER, min=1, max=100000000),
+    _p("fetch.wait.max.ms", "int", 500, "Longest a broker waits for fetch.min.bytes.",
+       role=CONSUMER, min=0, max=300000, aliases=("fetch.max.wait.ms",)),
+    _p("fetch.max.bytes", "int", 52428800, "Maximum bytes per Fetch response.", role=CONSUMER,
+       min=0, max=2147483135),
+    _p("max.partition.fetch.bytes", "int", 1048576, "Maximum bytes per partition per Fetch.",
+       role=CONSUMER, min=1, max=1000000000, aliases=("fetch.message.max.bytes",)),
+    _p("queued.max.messages.kbytes", "int", 65536, "Maximum KiB of fetched records buffered "
+       "ahead of poll(), summed over partitions.", role=CONSUMER, min=1, max=2097151),
+    _p("check.crcs", "bool", False, "Verify the CRC32C of fetched record batches.",
+       role=CONSUMER),
+    _p("enable.partition.eof", "bool", False, "Report reaching the end of a partition as an "
+       "event from poll().", role=CONSUMER),
+    _p("allow.auto.create.topics", "bool", False, "Let a subscription's metadata request create "
+       "missing topics (when the broker allows it).", role=CONSUMER),
+    _p("on_commit", "callable", None, "Called (err, partitions) after each commit.",
+       role=CONSUMER),
+    # --- producer ----------------------------------------------------------------------
+    _p("acks", "enum", "all", "Acknowledgements the leader waits for: 0 (none, no response), "
+       "1 (leader only), all / -1 (all in-sync replicas).", role=PRODUCER,
+       choices=("0", "1", "all"), value_aliases={"-1": "all"},
+       aliases=("request.required.acks",)),
+    _p("linger.ms", "int", 5, "How long to wait for more records before sending a batch.",
+       role=PRODUCER, min=0, max=900000, aliases=("queue.buffering.max.ms",)),
+    _p("batch.size", "int", 1000000, "Maximum bytes of one record batch (librdkafka's default; "
+       "Java's is 16384).", role=PRODUCER, min=1, max=INT32_MAX),
+    _p("batch.num.messages", "int", 10000, "Maximum records in one record batch.",
+       role=PRODUCER, min=1, max=1000000),
+    _p("compression.type", "enum", "none", "Compression of produced batches.", role=PRODUCER,
+       choices=("none", "gzip", "snappy", "lz4", "zstd"), aliases=("compression.codec",)),
+    _p("message.max.bytes", "int", 1000000, "Largest record (and Produce request batch) the "
+       "producer will build.", role=PRODUCER, min=1000, max=1000000000),
+    _p("retries", "int", INT32_MAX, "How often a retriable failure of a batch is retried "
+       "(bounded by delivery.timeout.ms).", role=PRODUCER, min=0, max=INT32_MAX,
+       aliases=("message.send.max.retries",)),
+    _p("delivery.timeout.ms", "int", 300000, "Upper bound on the time from produce() to a "
+       "delivery report, retries included.", role=PRODUCER, min=0, max=INT32_MAX,
+       aliases=("message.timeout.ms",)),
+    _p("queue.buffering.max.messages", "int", 100000, "Maximum records waiting in the producer; "
+       "produce() raises BufferError beyond it.", role=PRODUCER, min=0, max=INT32_MAX),
+    _p("partitioner", "enum", "murmur2_random", "How keys map to partitions.  murmur2_random "
+       "(kwire's default) is the Java client's: murmur2(key) & 0x7fffffff %% partitions, null "
+       "keys spread.  consistent_random is librdkafka's / confluent-kafka's default: "
+       "CRC32(key) %% partitions.  fnv1a_random is Sarama's.  The plain variants (no _random) also "
+       "hash null keys.", role=PRODUCER, choices=_PARTITIONERS),
+    _p("enable.idempotence", "bool", False, "Idempotent producer (KIP-98).  Not supported yet.",
+       role=PRODUCER, unsupported={True: "not supported yet"}),
+    _p("on_delivery", "callable", None, "Default delivery callback (err, message).",
+       role=PRODUCER, aliases=("delivery.report.cb",)),
+)
+
+_BY_NAME: dict[str, Prop] = {}
+for _prop in PROPERTIES:
+    for _n in (_prop.name, *_prop.aliases):
+        _BY_NAME[_n] = _prop
+_BY_ATTR: dict[str, Prop] = {p.attr: p for p in PROPERTIES}
+
+_TRUE = {"true", "1", "yes", "on", "t", "y"}
+_FALSE = {"false", "0", "no", "off", "f", "n"}
+
+
+def lookup(name: str) -> Prop:
+    prop = _BY_NAME.get(name)
+    if prop is None:
+        raise ConfigError(f"unknown configuration property {name!r}")
+    return prop
+
+
+def _bad(name: str, value: Any, why: str) -> ConfigError:
+    return ConfigError(f"invalid value {value!r} for configuration property {name!r}: {why}")
+
+
+def coerce(prop: Prop, value: Any, *, name: str | None = None) -> Any:
+    """``value`` checked and converted to ``prop``'s type; ConfigError names the property."""
+    name = name or prop.name
+    t = prop.type
+    if value is None:
+        if prop.default is None or t in ("callable",):
+            return None
+        raise _bad(name, value, "may not be None")
+    if t == "str":
+        if not isinstance(value, str):
+            raise _bad(name, value, "expected a string")
+        out: Any = value
+    elif t == "bool":
+        if isinstance(value, bool):
+            out = value
+        elif isinstance(value, int) and value in (0, 1):
+            out = bool(value)
+        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            out = value.strip().lower() in _TRUE
+        else:
+            raise _bad(name, value, "expected a boolean (true/false)")
+    elif t == "int":
+        if isinstance(value, bool):
+            raise _bad(name, value, "expected an integer")
+        if isinstance(value, int):
+            out = value
+        elif isinstance(value, float) and value.is_integer():
+            out = int(value)
+        elif isinstance(value, str):
+            try:
+                out = int(value.strip())
+            except ValueError:
+                raise _bad(name, value, "expected an integer") from None
+        else:
+            raise _bad(name, value, "expected an integer")
+        if prop.min is not None and out < prop.min:
+            raise _bad(name, value, f"below the minimum {prop.min}")
+        if prop.max is not None and out > prop.max:
+            raise _bad(name, value, f"above the maximum {prop.max}")
+    elif t == "enum":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise _bad(name, value, f"expected one of {', '.join(prop.choices)}")
+        text = str(value).strip().lower()
+        text = prop.value_aliases.get(text, text)
+        if text not in prop.choices:
+            raise _bad(name, value, f"expected one of {', '.join(prop.choices)}")
+        out = text
+    elif t == "list":
+        if isinstance(value, str):
+            items = [s.strip() for s in value.split(",")]
+        elif isinstance(value, (list, tuple)) and all(isinstance(s, str) for s in value):
+            items = [s.strip() for s in value]
+        else:
+            raise _bad(name, value, "expected a comma-separated string or a list of strings")
+        items = [s for s in items if s]
+        if prop.choices:
+            items = [s.lower() for s in items]
+            for s in items:
+                if s not in prop.choices:
+                    raise _bad(name, value, f"{s!r} is not one of {', '.join(prop.choices)}")
+        out = items
+    elif t == "callable":
+        if not callable(value):
+            raise _bad(name, value, "expected a callable")
+        out = value
+    else:  # pragma: no cover - a table bug
+        raise AssertionError(f"unknown property type {t}")
+    if prop.unsupported and not isinstance(out, list) and out in prop.unsupported:
+        raise _bad(name, value, prop.unsupported[out])
+    return out
+
+
+class Config(Mapping[str, Any]):
+    """Checked configuration values: ``cfg["linger.ms"]`` or ``cfg.linger_ms``.
+
+    Holds every property of its role (defaults filled in), read-only.  ``user`` is what was
+    given explicitly (canonical names).
+    """
+
+    __slots__ = ("_values", "role", "user")
+
+    def __init__(self, values: dict[str, Any], role: str, user: dict[str, Any]):
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "role", role)
+        object.__setattr__(self, "user", user)
+
+    def __getitem__(self, name: str) -> Any:
+        prop = _BY_NAME.get(name)
+        if prop is None:
+            raise KeyError(name)
+        return self._values[prop.name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, attr: str) -> Any:
+        prop = _BY_ATTR.get(attr)
+        if prop is None:
+            raise AttributeError(f"no configuration property {attr.replace('_', '.')!r}")
+        return self._values[prop.name]
+
+    def __setattr__(self, attr, value):
+        raise AttributeError("Config is read-only; use replace()")
+
+    def replace(self, **overrides: Any) -> "Config":
+        """A copy with some values changed: ``cfg.replace(**{"linger.ms": 0})``."""
+        merged = dict(self.user)
+        merged.update(overrides)
+        return parse_config(merged, role=self.role)
+
+    def debug_enabled(self, context: str) -> bool:
+        dbg = self._values.get("debug") or []
+        return context in dbg or "all" in dbg
+
+    def __repr__(self) -> str:
+        return f"Config(role={self.role!r}, {self.user!r})"
+
+
+_log = logging.getLogger("kwire.config")
+
+
+def parse_config(user: Mapping[str, Any] | None = None, role: str = "consumer", **kw: Any) -> Config:
+    """Check ``user`` (a confluent-kafka style dict) for ``role`` and fill in defaults.
+
+    Unknown keys and bad values raise ConfigError naming the key.  A property of the other role
+    (e.g. ``linger.ms`` given to a consumer) is accepted and ignored, as librdkafka does.
+    Keyword arguments use underscores: ``parse_config(bootstrap_servers="h:9092")``.
+    """
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    if isinstance(user, Config):
+        user = user.user
+    given: dict[str, Any] = dict(user or {})
+    for attr, value in kw.items():
+        prop = _BY_ATTR.get(attr)
+        if prop is None:
+            raise ConfigError(f"unknown configuration property {attr.replace('_', '.')!r}")
+        given[prop.name] = value
+    values: dict[str, Any] = {}
+    explicit: dict[str, Any] = {}
+    for name, value in given.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"configuration property names are strings, got {name!r}")
+        prop = lookup(name)
+        explicit[prop.name] = coerce(prop, value, name=name)
+        if prop.role not in (CLIENT, role) and role != "admin":
+            _log.debug("%s is a %s property; ignored by a %s", name, prop.role, role)
+    for prop in PROPERTIES:
+        if prop.role in (CLIENT, role) or prop.name in explicit:
+            values[prop.name] = explicit.get(prop.name, _copy_default(prop.default))
+    if values["reconnect.backoff.max.ms"] < values["reconnect.backoff.ms"]:
+        values["reconnect.backoff.max.ms"] = values["reconnect.backoff.ms"]
+    if role == CONSUMER and values.get("heartbeat.interval.ms", 0) >= values.get("session.timeout.ms", 1):
+        if "heartbeat.interval.ms" in explicit:
+            raise ConfigError("invalid value for configuration property 'heartbeat.interval.ms': "
+                              "must be lower than session.timeout.ms")
+    return Config(values, role, explicit)
+
+
+def _copy_default(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
+
+
+def render_markdown() -> str:
+    """docs/CONFIG.md: the table above, as Markdown."""
+    lines = ["# kwire configuration properties", "",
+             "Generated from `kwire/config.py` by `python -m kwire.config` — do not edit.", "",
+             "Names follow librdkafka / the Java client; defaults follow librdkafka where they "
+             "differ.  Unknown properties and bad values raise `ConfigError` naming the key.", ""]
+    for role, title in ((CLIENT, "Every client"), (CONSUMER, "Consumer"), (PRODUCER, "Producer")):
+        lines += [f"## {title}", "", "| Property | Type | Default | Allowed | Description |",
+                  "| --- | --- | --- | --- | --- |"]
+        for p in PROPERTIES:
+            if p.role != role:
+                continue
+            allowed = ""
+            if p.choices:
+                allowed = ", ".join(c for c in p.choices if c not in p.unsupported)
+                if p.value_aliases:
+                    allowed += " (aliases: " + ", ".join(f"{a}={c}" for a, c in p.value_aliases.items()) + ")"
+            elif p.min is not None:
+                allowed = f"{p.min} .. {p.max}"
+            default = p.default
+            if isinstance(default, list):
+                default = ",".join(default)
+            name = f"`{p.name}`"
+            if p.aliases:
+                name += " (alias " + ", ".join(f"`{a}`" for a in p.aliases) + ")"
+            doc = p.doc.replace("%%", "%").replace("|", "\\|")
+            lines.append(f"| {name} | {p.type} | `{default!r}` | {allowed} | {doc} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_markdown())

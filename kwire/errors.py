@@ -1,0 +1,139 @@
+"""Every error kwire raises.
+
+Two families under one root, :class:`KwireError`:
+
+* client-side failures: malformed bytes (:class:`ProtocolError`, :class:`TruncatedError`,
+  :class:`CorruptRecordError`), configuration, timeouts, connections;
+* broker error codes: :class:`BrokerError` subclasses generated from the one error table in
+  :mod:`kwire.protocol.error_codes`, each knowing whether it is retriable and whether it calls
+  for a metadata refresh.  Unknown codes still map to :class:`BrokerError` with their number.
+"""
+from __future__ import annotations
+
+
+class KwireError(Exception):
+    """Root of every exception kwire raises on purpose."""
+
+
+# --- malformed input ------------------------------------------------------------------
+
+class ProtocolError(KwireError):
+    """Bytes that do not form a valid Kafka frame, message or record."""
+
+    def __init__(self, message: str, *, position: int | None = None):
+        super().__init__(message)
+        self.position = position
+
+
+class TruncatedError(ProtocolError):
+    """The buffer ended before the message or record did."""
+
+
+class TrailingBytesError(ProtocolError):
+    """A message decoded completely but bytes were left over."""
+
+
+class CorruptRecordError(ProtocolError):
+    """A record batch or legacy message failed its CRC or structure checks."""
+
+
+class UnsupportedVersionError(KwireError):
+    """An (api, version) pair outside what kwire or the broker supports."""
+
+
+class UnsupportedCompressionError(CorruptRecordError):
+    """A batch names a compression codec kwire does not know."""
+
+
+# --- client-side ------------------------------------------------------------------------
+
+class ConfigError(KwireError, ValueError):
+    """An unknown configuration key or an invalid value; the message names it."""
+
+
+class KafkaTimeoutError(KwireError, TimeoutError):
+    """An operation did not complete within its timeout."""
+
+
+class KafkaConnectionError(KwireError, ConnectionError):
+    """A broker connection could not be made or was lost."""
+
+
+class NoOffsetForPartitionError(KwireError):
+    """No committed offset and auto.offset.reset=error."""
+
+
+class LogTruncationError(KwireError):
+    """The leader's log was truncated below the consumer's position (KIP-320)."""
+
+
+class CommitFailedError(KwireError):
+    """A commit could not be completed (e.g. the group rebalanced)."""
+
+
+# --- broker error codes -------------------------------------------------------------------
+
+class BrokerError(KwireError):
+    """A non-zero error code from a broker."""
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+    invalid_metadata: bool = False
+
+    def __init__(self, message: str | None = None, *, code: int | None = None):
+        if code is not None:
+            self.code = code
+        self.broker_message = message
+        text = f"[{self.code}] {self.name}"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+
+_BY_CODE: dict[int, type[BrokerError]] = {}
+
+
+def _camel(name: str) -> str:
+    return "".join(p.capitalize() for p in name.lower().split("_")) + "Error"
+
+
+def _build_broker_errors() -> None:
+    from .protocol.error_codes import ERRORS
+
+    g = globals()
+    for code, name, retriable, invalid_metadata, doc in ERRORS:
+        if code == 0:
+            continue
+        cls_name = _camel(name)
+        bases: tuple[type, ...] = (BrokerError,)
+        clash = g.get(cls_name)
+        if clash is not None:
+            # A client-side class already has this name (UnsupportedVersionError): the broker's
+            # variant subclasses it too, so one `except` catches both.
+            bases = (BrokerError, clash)
+            cls_name = "Broker" + cls_name
+        cls = type(cls_name, bases, {
+            "code": code, "name": name, "retriable": retriable,
+            "invalid_metadata": invalid_metadata, "__doc__": doc, "__module__": __name__,
+        })
+        _BY_CODE[code] = cls
+        g[cls.__name__] = cls
+
+
+def for_code(code: int, message: str | None = None) -> BrokerError:
+    """The exception instance for a broker error code (unknown codes stay distinguishable)."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        err = BrokerError(message, code=code)
+        err.name = f"UNKNOWN_ERROR_CODE_{code}"
+        err.args = (f"[{code}] {err.name}" + (f": {message}" if message else ""),)
+        return err
+    return cls(message)
+
+
+def error_class(code: int) -> type[BrokerError]:
+    return _BY_CODE.get(code, BrokerError)
+
+
+_build_broker_errors()
