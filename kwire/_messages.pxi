@@ -20,7 +20,7 @@ from libc.string cimport memcpy as _m_memcpy
 import uuid as _uuid_mod
 import struct as _struct_mod
 
-from kwire.protocol.schema import struct_default as _struct_default
+from kwire._plan import struct_default as _struct_default
 
 cdef enum:
     C_BOOL = 1

@@ -134,3 +134,47 @@ cdef inline str rd_str_n(Cursor* c, Py_ssize_t n):
         raise ProtocolError(f"invalid UTF-8 in string at position {start}: {exc.reason}", position=start) from None
     c.pos += n
     return out
+
+
+# --- helpers added for the record layer (_records.pxi) ------------------------------------
+# Same bounds checks as above, but the value comes back through a pointer and errors are a
+# plain `except -1`: record fields use -1 for "null", and with `except? -1` every null key or
+# value would cost a PyErr_Occurred() call in the hot loop.
+
+cdef inline int rd_zz32_to(Cursor* c, int32_t* out) except -1:
+    # Zigzag varint (32-bit); one-byte values (the common case) skip the general reader.
+    cdef uint8_t b
+    if c.pos < c.end:
+        b = c.buf[c.pos]
+        if b < 0x80:
+            c.pos += 1
+            out[0] = <int32_t>(b >> 1) ^ -(<int32_t>(b & 1))
+            return 0
+    out[0] = rd_varint(c)
+    return 0
+
+
+cdef inline int rd_zz64_to(Cursor* c, int64_t* out) except -1:
+    # Zigzag varlong (64-bit), same one-byte fast path.
+    cdef uint8_t b
+    if c.pos < c.end:
+        b = c.buf[c.pos]
+        if b < 0x80:
+            c.pos += 1
+            out[0] = <int64_t>(b >> 1) ^ -(<int64_t>(b & 1))
+            return 0
+    out[0] = rd_varlong(c)
+    return 0
+
+
+cdef inline int rd_view(Cursor* c, Py_ssize_t n, const uint8_t** out) except -1:
+    # Zero-copy: point at the next n bytes (valid while the buffer is held) and skip them.
+    _need(c, n)
+    out[0] = c.buf + c.pos
+    c.pos += n
+    return 0
+
+
+cdef inline uint32_t ld_be32(const uint8_t* p) noexcept nogil:
+    # Unchecked big-endian load; the caller has already checked the bounds.
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | <uint32_t>p[3]

@@ -34,21 +34,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-# Type codes.  Small ints so the Cython interpreter can switch on them.
-T_BOOL = 1
-T_INT8 = 2
-T_INT16 = 3
-T_INT32 = 4
-T_INT64 = 5
-T_UINT16 = 6
-T_UINT32 = 7
-T_FLOAT64 = 8
-T_STRING = 9
-T_BYTES = 10
-T_RECORDS = 11
-T_UUID = 12
-T_STRUCT = 13
-T_ARRAY = 14
+from .._plan import (  # noqa: F401  (re-exported: the plan contract lives below the codec)
+    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
+    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+)
 
 PRIMITIVES = {
     "bool": T_BOOL,
@@ -214,17 +203,3 @@ def build_plan(fields: tuple[Field, ...], version: int, flexible: bool):
             ops.append(op)
     tagged.sort(key=lambda o: o[5])
     return (tuple(ops), tuple(tagged), flexible)
-
-
-def struct_default(plan) -> dict:
-    """The value a struct takes when every field is at its default."""
-    out = {}
-    for op in plan[0] + plan[1]:
-        code, name, nullable, default, sub = op[:5]
-        if code == T_STRUCT and not nullable:
-            out[name] = struct_default(sub)
-        elif isinstance(default, list):
-            out[name] = []
-        else:
-            out[name] = default
-    return out

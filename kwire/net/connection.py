@@ -1,0 +1,178 @@
+"""One broker connection: its state machine, its queues, and the request it is waiting on.
+
+The :class:`~kwire.net.client.NetworkClient` owns the sockets and moves bytes; this module
+holds what a connection *is*: an explicit state (:class:`ConnState`, legal transitions checked
+in :meth:`Connection.transition`), the requests queued until it is ready, the requests written
+and awaiting their response (keyed by correlation id: several may be in flight at once — Kafka
+answers them in order), the bytes not yet written, and the frame reader.
+
+    DISCONNECTED --connect()--> CONNECTING --TCP up--> NEGOTIATING --ApiVersions--> READY
+         ^                          |                      |                          |
+         +--------------------------+----------------------+--------------------------+
+                       failure / timeout / peer closed / close()
+"""
+from __future__ import annotations
+
+import enum
+import random
+import socket
+from collections import deque
+from typing import Any, Callable
+
+from ..errors import KwireError
+from .framing import FrameReader
+
+
+class ConnState(enum.Enum):
+    DISCONNECTED = "disconnected"
+    CONNECTING = "connecting"  # TCP connect in progress
+    NEGOTIATING = "negotiating"  # ApiVersions sent, answer pending
+    READY = "ready"
+
+
+_LEGAL: dict[ConnState, frozenset[ConnState]] = {
+    ConnState.DISCONNECTED: frozenset({ConnState.CONNECTING}),
+    ConnState.CONNECTING: frozenset({ConnState.NEGOTIATING, ConnState.DISCONNECTED}),
+    ConnState.NEGOTIATING: frozenset({ConnState.READY, ConnState.DISCONNECTED}),
+    ConnState.READY: frozenset({ConnState.DISCONNECTED}),
+}
+
+
+class InFlight:
+    """One request: queued, written, or answered.
+
+    ``response`` is the decoded body (a dict) once answered; ``error`` a
+    :class:`~kwire.errors.KwireError` if it failed (connection lost, timed out, version
+    unsupported, undecodable).  Exactly one of them is set once ``done``.
+    Produce with ``acks=0`` gets no response: it is done, with ``response=None``, once written.
+    """
+
+    __slots__ = ("api", "api_key", "version", "node_id", "correlation_id", "body", "response",
+                 "error", "created_ms", "sent_ms", "received_ms", "timeout_ms", "deadline_ms",
+                 "expect_response", "internal", "size_bytes", "_body_source", "_requested_version",
+                 "_callbacks", "_api", "_done")
+
+    def __init__(self, api_obj, body, *, node_id: int | None, version: int | None,
+                 timeout_ms: int, now_ms: int, internal: bool = False):
+        self._api = api_obj
+        self.api: str = api_obj.name
+        self.api_key: int = api_obj.key
+        self._requested_version = version
+        self.version: int | None = version
+        self.node_id = node_id
+        self.correlation_id: int | None = None
+        self._body_source = body
+        self.body: dict | None = body if isinstance(body, dict) else None
+        self.response: dict | None = None
+        self.error: KwireError | None = None
+        self.created_ms = now_ms
+        self.sent_ms: int | None = None
+        self.received_ms: int | None = None
+        self.timeout_ms = timeout_ms
+        self.deadline_ms = now_ms + timeout_ms
+        self.expect_response = True
+        self.internal = internal
+        self.size_bytes = 0
+        self._callbacks: list[Callable[["InFlight"], Any]] | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def rtt_ms(self) -> int | None:
+        if self.sent_ms is None or self.received_ms is None:
+            return None
+        return self.received_ms - self.sent_ms
+
+    def add_callback(self, fn: Callable[["InFlight"], Any]) -> None:
+        """Call ``fn(self)`` when done (from the driver's poll; at once if already done)."""
+        if self._done:
+            fn(self)
+            return
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(fn)
+
+    def result(self) -> dict | None:
+        """The response, or raise the error."""
+        if not self._done:
+            raise RuntimeError(f"{self.api} request not done yet")
+        if self.error is not None:
+            raise self.error
+        return self.response
+
+    def __repr__(self) -> str:
+        state = "done" if self._done else ("sent" if self.sent_ms is not None else "queued")
+        extra = f" error={self.error!r}" if self.error is not None else ""
+        return (f"<InFlight {self.api} v{self.version} node={self.node_id} "
+                f"corr={self.correlation_id} {state}{extra}>")
+
+
+def backoff_ms(failures: int, base_ms: int, max_ms: int, rng: random.Random | None = None) -> int:
+    """Reconnect backoff after ``failures`` consecutive failures: base * 2^(failures-1), capped,
+    with +-20% jitter so many clients do not reconnect in lockstep."""
+    if failures <= 0 or base_ms <= 0:
+        return 0
+    exp = min(max_ms, base_ms * (1 << min(failures - 1, 30)))
+    jitter = (rng or random).uniform(0.8, 1.2)
+    return int(min(max_ms, exp * jitter))
+
+
+class Connection:
+    """The state of one broker connection (the socket itself is driven by NetworkClient)."""
+
+    def __init__(self, node_id: int, host: str, port: int, max_frame_bytes: int):
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.state = ConnState.DISCONNECTED
+        self.state_since_ms = 0
+        self.sock: socket.socket | None = None
+        self.max_frame_bytes = max_frame_bytes
+        self.reader = FrameReader(max_frame_bytes)
+        self.queue: deque[InFlight] = deque()  # waiting for READY
+        self.in_flight: dict[int, InFlight] = {}  # written, awaiting response; in send order
+        self.abandoned: dict[int, tuple[int, int]] = {}  # timed-out corr id -> (sent_ms, timeout_ms)
+        self.out: deque[list] = deque()  # [memoryview, InFlight | None] not yet written
+        self.api_versions: dict[int, tuple[int, int]] | None = None
+        self.handshake: InFlight | None = None
+        self.handshake_version = -1
+        self.failures = 0  # consecutive failed attempts
+        self.next_attempt_ms = 0
+        self.last_failure_ms: int | None = None
+        self.last_error: KwireError | None = None
+        self.last_recv_ms = 0
+        self.write_registered = False
+        self.addr_index = 0  # which getaddrinfo result to try next
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ConnState.READY
+
+    @property
+    def load(self) -> int:
+        return len(self.in_flight) + len(self.queue)
+
+    def transition(self, new: ConnState, now_ms: int) -> None:
+        if new not in _LEGAL[self.state]:
+            raise AssertionError(f"connection to node {self.node_id}: illegal transition "
+                                 f"{self.state.name} -> {new.name}")
+        self.state = new
+        self.state_since_ms = now_ms
+
+    def reset_buffers(self) -> None:
+        self.reader = FrameReader(self.max_frame_bytes)
+        self.out.clear()
+        self.in_flight = {}
+        self.abandoned = {}
+        self.handshake = None
+        self.write_registered = False
+
+    def __repr__(self) -> str:
+        return f"<Connection node={self.node_id} {self.address} {self.state.name}>"
