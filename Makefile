@@ -11,7 +11,7 @@ build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
 
 demo: build
-	$(PYTHON) -m kwire demo
+	$(PYTHON) -m kwire demo $(ARGS)
 
 test: build
 	KWIRE_REQUIRE_EXTENSION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from .errors import ConfigError
 
@@ -83,7 +83,7 @@ PROPERTIES: tuple[Prop, ...] = (
     _p("socket.connection.setup.timeout.ms", "int", 30000, "Maximum time to establish a TCP "
        "connection and negotiate ApiVersions.", min=1000, max=INT32_MAX),
     _p("reconnect.backoff.ms", "int", 100, "Initial wait before reconnecting to a broker; doubles "
-       "per failed attempt (with -25%..+50% jitter) up to reconnect.backoff.max.ms.",
+       "per failed attempt (with +-20% jitter) up to reconnect.backoff.max.ms.",
        min=0, max=3600000),
     _p("reconnect.backoff.max.ms", "int", 10000, "Upper bound of the reconnect backoff.",
        min=0, max=3600000),
@@ -96,6 +96,9 @@ PROPERTIES: tuple[Prop, ...] = (
        min=1000, max=INT32_MAX),
     _p("debug", "list", [], "Comma-separated debug contexts.  'protocol' (or 'all') logs every "
        "request and response on the 'kwire.protocol' logger at DEBUG.", choices=_DEBUG_CONTEXTS),
+    _p("allow.auto.create.topics", "bool", False, "Let metadata requests create missing topics "
+       "(when the broker allows it).  Consumers default to false; producers to true unless it "
+       "is set (as librdkafka)."),
     _p("error_cb", "callable", None, "Called with a KwireError for errors not tied to one "
        "request (as confluent-kafka's error_cb)."),
     _p("logger", "callable", None, "A logging.Logger to use instead of the 'kwire' loggers."),
@@ -139,8 +142,7 @@ PROPERTIES: tuple[Prop, ...] = (
        role=CONSUMER),
     _p("enable.partition.eof", "bool", False, "Report reaching the end of a partition as an "
        "event from poll().", role=CONSUMER),
-    _p("allow.auto.create.topics", "bool", False, "Let a subscription's metadata request create "
-       "missing topics (when the broker allows it).", role=CONSUMER),
+
     _p("on_commit", "callable", None, "Called (err, partitions) after each commit.",
        role=CONSUMER),
     # --- producer ----------------------------------------------------------------------
@@ -273,7 +275,7 @@ def coerce(prop: Prop, value: Any, *, name: str | None = None) -> Any:
 class Config(Mapping[str, Any]):
     """Checked configuration values: ``cfg["linger.ms"]`` or ``cfg.linger_ms``.
 
-    Holds every property of its role (defaults filled in), read-only.  ``user`` is what was
+    Holds every property (defaults filled in), read-only.  ``user`` is what was
     given explicitly (canonical names).
     """
 
@@ -348,9 +350,8 @@ def parse_config(user: Mapping[str, Any] | None = None, role: str = "consumer", 
         explicit[prop.name] = coerce(prop, value, name=name)
         if prop.role not in (CLIENT, role) and role != "admin":
             _log.debug("%s is a %s property; ignored by a %s", name, prop.role, role)
-    for prop in PROPERTIES:
-        if prop.role in (CLIENT, role) or prop.name in explicit:
-            values[prop.name] = explicit.get(prop.name, _copy_default(prop.default))
+    for prop in PROPERTIES:  # every property has a value, whatever the role
+        values[prop.name] = explicit.get(prop.name, _copy_default(prop.default))
     if values["reconnect.backoff.max.ms"] < values["reconnect.backoff.ms"]:
         values["reconnect.backoff.max.ms"] = values["reconnect.backoff.ms"]
     if role == CONSUMER and values.get("heartbeat.interval.ms", 0) >= values.get("session.timeout.ms", 1):

@@ -61,3 +61,29 @@ def unique_topic(request):
     """A topic name no other test uses."""
     base = "".join(ch if ch.isalnum() else "-" for ch in request.node.name)[:60]
     return f"t-{base}-{next(_counter)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def create_topic():
+    """``create_topic(peer, name, partitions=3) -> partition count``.
+
+    Uses CreateTopics where the peer has it (Tansu).  librdkafka's mock cluster has no
+    CreateTopics: there a Metadata request with AllowAutoTopicCreation creates the topic, always
+    with the mock's default of 4 partitions (replicated on its 3 brokers)."""
+    from kwire.admin import Admin
+
+    admins = []
+
+    def create(peer, name: str, partitions: int = 3) -> int:
+        admin = Admin({"bootstrap.servers": peer.bootstrap})
+        admins.append(admin)
+        if 19 in admin.network.broker_api_versions(None):  # CreateTopics
+            admin.create_topics([(name, partitions, 1)], timeout=10, wait_for_leaders=True)
+        else:
+            admin.list_topics(name, allow_auto_topic_creation=True)
+            admin.wait_for_topics([name], timeout=10)
+        return len(admin.list_topics(name).topics[name].partitions)
+
+    yield create
+    for a in admins:
+        a.close()

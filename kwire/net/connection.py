@@ -49,7 +49,8 @@ class InFlight:
 
     __slots__ = ("api", "api_key", "version", "node_id", "correlation_id", "body", "response",
                  "error", "created_ms", "sent_ms", "received_ms", "timeout_ms", "deadline_ms",
-                 "expect_response", "internal", "size_bytes", "_body_source", "_requested_version",
+                 "expect_response", "internal", "size_bytes", "version_range", "raw", "_body_source",
+                 "_requested_version",
                  "_callbacks", "_api", "_done")
 
     def __init__(self, api_obj, body, *, node_id: int | None, version: int | None,
@@ -73,6 +74,8 @@ class InFlight:
         self.expect_response = True
         self.internal = internal
         self.size_bytes = 0
+        self.version_range: tuple[int | None, int | None] = (None, None)
+        self.raw: bytes | None = None  # the response payload, when asked for (keep_raw)
         self._callbacks: list[Callable[["InFlight"], Any]] | None = None
         self._done = False
 

@@ -9,6 +9,7 @@ otherwise the topics some user of the client registered with :meth:`Metadata.add
 """
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -140,12 +141,15 @@ class Metadata:
                 "include_topic_authorized_operations": False}
 
     # --- learning -------------------------------------------------------------------------
-    def update(self, response: dict, now_ms: int, *, all_topics: bool | None = None) -> None:
+    def update(self, response: dict, now_ms: int | None = None, *, all_topics: bool | None = None) -> None:
         """Merge a decoded Metadata response.
 
         ``all_topics`` says whether the request asked for every topic; then topics missing
         from the answer are forgotten.  Otherwise only the topics in the answer are replaced.
+        ``now_ms`` is the monotonic clock in ms (default: now).
         """
+        if now_ms is None:
+            now_ms = time.monotonic_ns() // 1_000_000
         brokers = {}
         for b in response.get("brokers", ()):
             brokers[b["node_id"]] = BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack"))

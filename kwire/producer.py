@@ -1,0 +1,599 @@
+"""A Kafka producer: batching per partition, compression, acks, retries, delivery reports.
+
+    with Producer({"bootstrap.servers": "localhost:9092", "compression.type": "zstd"}) as p:
+        p.produce("events", b"value", key=b"k", headers={"h": b"v"}, on_delivery=report)
+        p.poll(0)        # serve delivery reports, drive I/O
+        p.flush(10)      # wait until everything is acknowledged (or failed)
+
+The API follows confluent-kafka's Producer; timeouts are in seconds.  The driver is
+synchronous: ``produce`` buffers (and writes full batches without blocking), ``poll`` and
+``flush`` drive the :class:`~kwire.net.NetworkClient` and call delivery callbacks — so call
+``poll`` regularly, as with confluent-kafka.  Not thread-safe.
+
+**Partitioning.**  An explicit ``partition`` wins.  Otherwise ``partitioner`` decides:
+
+* ``murmur2_random`` (kwire's default) — the Java client's: ``(murmur2(key) & 0x7fffffff) %
+  partitions``.  Keyed records land where a Java producer (or librdkafka with
+  ``partitioner=murmur2_random``) puts them.  Null keys are *sticky*: one random partition until
+  its batch is sent, then another (KIP-480).
+* ``consistent_random`` — librdkafka's and so **confluent-kafka's default**: ``crc32(key) %
+  partitions``; null and empty keys random.  Choose it to co-partition with data confluent-kafka
+  produced with its defaults.
+* ``fnv1a_random`` — Sarama's (Go) default: FNV-1a 32-bit, as a signed int, absolute value,
+  modulo partitions.
+* ``murmur2``, ``consistent``, ``fnv1a`` — the same hashes, with null keys hashed as empty keys
+  (so they all go to one partition), as librdkafka does; ``random`` ignores keys.
+
+**Delivery.**  At least once: retriable errors (leader moved, connection lost, timeouts) are
+retried after ``retry.backoff.ms`` with a metadata refresh, until ``retries`` or
+``delivery.timeout.ms`` runs out.  One batch per partition is in flight at a time, so retries
+keep per-partition order.  Without idempotence (not supported yet) a retry after a lost
+response may write a batch twice.  With ``acks=0`` no response comes back and offsets are
+reported as -1001 (OFFSET_INVALID), as librdkafka does.
+"""
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from collections import deque
+from typing import Any, Callable, Mapping
+
+from .config import Config, parse_config
+from .errors import (
+    BrokerError, KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError, for_code,
+)
+from .net import NetworkClient, now_ms
+from .protocol.schema import ZERO_UUID
+
+__all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
+           "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
+
+# confluent-kafka's timestamp types
+TIMESTAMP_NOT_AVAILABLE = 0
+TIMESTAMP_CREATE_TIME = 1
+TIMESTAMP_LOG_APPEND_TIME = 2
+
+_ACKS = {"0": 0, "1": 1, "all": -1}
+_RECORD_OVERHEAD_BYTES = 21  # worst-case varints and attributes of one v2 record
+_BATCH_OVERHEAD_BYTES = 61
+_TOPIC_PROPAGATION_MAX_MS = 30_000  # how long an unknown topic may take to appear
+_UNKNOWN_TOPIC = 3
+_UNKNOWN_PARTITION_MSG = "partition does not exist"
+
+
+# --- hashing -----------------------------------------------------------------------------
+
+def murmur2(data: bytes) -> int:
+    """MurmurHash2 (32-bit, seed 0x9747b28c) as Kafka's Java client computes it, unsigned."""
+    m = 0x5BD1E995
+    length = len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    end4 = length & ~3
+    for i in range(0, end4, 4):
+        k = (data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24)
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[end4 + 2] << 16
+    if rest >= 2:
+        h ^= data[end4 + 1] << 8
+    if rest >= 1:
+        h ^= data[end4]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def fnv1a(data: bytes) -> int:
+    """32-bit FNV-1a, unsigned."""
+    h = 0x811C9DC5
+    for b in data:
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def partition_for(partitioner: str, key: bytes | None, num_partitions: int) -> int | None:
+    """The partition ``partitioner`` maps ``key`` to; None when the choice is random (null key
+    with a ``*_random`` partitioner, or ``random``)."""
+    if partitioner == "random" or (key is None and partitioner.endswith("_random")):
+        return None
+    if partitioner == "consistent_random" and not key:  # librdkafka: empty keys are random too
+        return None
+    data = b"" if key is None else key
+    if partitioner.startswith("murmur2"):
+        return (murmur2(data) & 0x7FFFFFFF) % num_partitions
+    if partitioner.startswith("consistent"):
+        return zlib.crc32(data) % num_partitions
+    if partitioner.startswith("fnv1a"):
+        h = fnv1a(data)
+        if h >= 0x80000000:  # Sarama: int32, then absolute value
+            h = 0x100000000 - h
+        return h % num_partitions
+    raise ValueError(f"unknown partitioner {partitioner!r}")
+
+
+# --- messages and batches ------------------------------------------------------------------
+
+class DeliveryReport:
+    """What a delivery callback receives (confluent-kafka's Message methods)."""
+
+    __slots__ = ("_topic", "_partition", "_key", "_value", "_headers", "_timestamp_ms",
+                 "_timestamp_type", "_create_ms", "_offset", "_error", "_on_delivery", "_created_ms",
+                 "_delivered_ms", "_size")
+
+    def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, created_ms, size):
+        self._topic = topic
+        self._partition = partition
+        self._key = key
+        self._value = value
+        self._headers = headers
+        self._timestamp_ms = timestamp_ms
+        self._create_ms = timestamp_ms  # what the record carries, whatever the broker reports
+        self._timestamp_type = TIMESTAMP_CREATE_TIME
+        self._offset = -1001  # OFFSET_INVALID until acknowledged
+        self._error: KwireError | None = None
+        self._on_delivery = on_delivery
+        self._created_ms = created_ms
+        self._delivered_ms: int | None = None
+        self._size = size
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return -1 if self._partition is None else self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self._headers or None
+
+    def timestamp(self) -> tuple[int, int]:
+        """``(TIMESTAMP_CREATE_TIME, ms)``, or ``(TIMESTAMP_LOG_APPEND_TIME, ms)`` when the broker
+        reported a log-append time in its Produce response."""
+        return (self._timestamp_type, self._timestamp_ms)
+
+    def create_timestamp(self) -> int:
+        """The timestamp written into the record (ms)."""
+        return self._create_ms
+
+    def error(self) -> KwireError | None:
+        return self._error
+
+    def latency(self) -> float | None:
+        """Seconds from produce() to acknowledgement."""
+        if self._delivered_ms is None:
+            return None
+        return (self._delivered_ms - self._created_ms) / 1000.0
+
+    def __len__(self) -> int:
+        return len(self._value or b"")
+
+    def __repr__(self) -> str:
+        return (f"<DeliveryReport {self._topic}[{self.partition()}]@{self._offset}"
+                f"{' error=' + repr(self._error) if self._error else ''}>")
+
+
+class _Batch:
+    __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
+                 "next_attempt_ms")
+
+    def __init__(self, tp: tuple[str, int], now: int):
+        self.tp = tp
+        self.msgs: list[DeliveryReport] = []
+        self.size_bytes = _BATCH_OVERHEAD_BYTES
+        self.created_ms = now
+        self.closed = False
+        self.payload: bytes | None = None
+        self.attempts = 0
+        self.next_attempt_ms = 0
+
+
+def _to_bytes(value, what: str) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _headers(headers) -> list[tuple[str, bytes | None]]:
+    if not headers:
+        return []
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out = []
+    for item in items:
+        k, v = item
+        if not isinstance(k, str):
+            raise TypeError(f"header keys must be str, not {type(k).__name__}")
+        out.append((k, _to_bytes(v, f"header {k!r}")))
+    return out
+
+
+class Producer:
+    """Produce records to Kafka (see the module docstring)."""
+
+    def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
+                 tracer: Callable[[dict], Any] | None = None, **kwargs: Any):
+        if kwargs:  # confluent-kafka allows Producer(conf, logger=...) style extras
+            config = {**(config.user if isinstance(config, Config) else (config or {})), **kwargs}
+        cfg = config if isinstance(config, Config) else parse_config(config or {}, role="producer")
+        self.config = cfg
+        auto_create = cfg.user.get("allow.auto.create.topics", True)
+        self._net = NetworkClient(cfg, tracer=tracer, allow_auto_topic_creation=auto_create)
+        self._md = self._net.metadata
+        self._acks = _ACKS[cfg.acks]
+        self._linger_ms = cfg.linger_ms
+        self._batch_bytes = cfg.batch_size
+        self._batch_records = cfg.batch_num_messages
+        self._compression = cfg.compression_type
+        self._max_message_bytes = cfg.message_max_bytes
+        self._retries = cfg.retries
+        self._retry_backoff_ms = cfg.retry_backoff_ms
+        self._delivery_timeout_ms = cfg.delivery_timeout_ms
+        self._request_timeout_ms = cfg.request_timeout_ms
+        self._max_queued = cfg.queue_buffering_max_messages
+        self._partitioner = cfg.partitioner
+        self._default_on_delivery = cfg.on_delivery
+        self._batches: dict[tuple[str, int], deque[_Batch]] = {}
+        self._parked: dict[str, deque[DeliveryReport]] = {}  # waiting for the topic's metadata
+        self._unknown_since: dict[str, int] = {}
+        self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        self._sticky: dict[str, int] = {}  # topic -> partition for null keys
+        self._reports: deque[DeliveryReport] = deque()
+        self._outstanding = 0
+        self._rng = random.Random()
+        self._closed = False
+        from . import records as _records  # the record layer; imported late so a codec build
+        self._build_batch = _records.build_batch  # problem surfaces only when producing
+
+    # --- public API -----------------------------------------------------------------------
+    def produce(self, topic: str, value=None, key=None, partition: int | None = None,
+                on_delivery: Callable | None = None, timestamp: int | None = None,
+                headers=None, callback: Callable | None = None) -> None:
+        """Queue one record.  ``timestamp`` in ms (default: now); ``headers`` a dict or a list
+        of ``(str, bytes | str | None)``; ``on_delivery(err, report)`` (alias ``callback``) is
+        called from poll()/flush().  Raises BufferError when queue.buffering.max.messages
+        records are waiting."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if not isinstance(topic, str) or not topic:
+            raise TypeError("topic must be a non-empty str")
+        if self._max_queued and self._outstanding >= self._max_queued:
+            raise BufferError(f"local queue full: {self._outstanding} records waiting "
+                              "(queue.buffering.max.messages); call poll()")
+        k = _to_bytes(key, "key")
+        v = _to_bytes(value, "value")
+        hdrs = _headers(headers)
+        size = (len(k) if k else 0) + (len(v) if v else 0) + sum(
+            len(hk) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs) + _RECORD_OVERHEAD_BYTES
+        if size + _BATCH_OVERHEAD_BYTES > self._max_message_bytes:
+            raise for_code(10, f"record of about {size} bytes exceeds message.max.bytes="
+                               f"{self._max_message_bytes}")
+        if timestamp is None or timestamp == 0:
+            timestamp = int(time.time() * 1000)
+        if partition is not None and partition < 0:
+            partition = None  # confluent-kafka's PARTITION_UA
+        now = now_ms()
+        msg = DeliveryReport(topic, partition, k, v, hdrs, int(timestamp),
+                             on_delivery or callback or self._default_on_delivery, now, size)
+        self._outstanding += 1
+        if partition is None:
+            parts = self._md.partitions_for(topic)
+            if parts is None or self._parked.get(topic):
+                self._md.add_topics([topic])
+                self._parked.setdefault(topic, deque()).append(msg)
+                return
+            msg._partition = self._choose_partition(topic, k, len(parts))
+        else:
+            self._md.add_topics([topic])
+        if self._append(msg, now):
+            self._drive(0, flushing=False, serve=False)  # a batch filled up: write it now
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Drive I/O and serve delivery callbacks; wait up to ``timeout`` seconds (None:
+        forever) for at least one.  Returns the number of callbacks served."""
+        deadline = None if timeout is None else now_ms() + int(timeout * 1000)
+        while True:
+            remaining = 60_000 if deadline is None else max(0, deadline - now_ms())
+            self._drive(remaining, flushing=False, serve=False)
+            served = self._serve_reports()
+            if served or (deadline is not None and now_ms() >= deadline):
+                return served
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything queued, wait for the acknowledgements (or failures), serve the
+        callbacks.  Returns the number of records still outstanding (0 unless it timed out)."""
+        deadline = None if timeout is None else now_ms() + int(timeout * 1000)
+        while True:
+            self._serve_reports()
+            if self._outstanding == 0:
+                return 0
+            now = now_ms()
+            if deadline is not None and now >= deadline:
+                return self._outstanding
+            remaining = 1000 if deadline is None else min(1000, deadline - now)
+            self._drive(remaining, flushing=True, serve=False)
+
+    def __len__(self) -> int:
+        """Records not yet acknowledged or whose callbacks were not yet served."""
+        return self._outstanding
+
+    def list_topics(self, topic: str | None = None, timeout: float | None = 10.0):
+        """Metadata snapshot (see :meth:`kwire.admin.Admin.list_topics`)."""
+        from .net import Metadata
+        md = Metadata()
+        resp = self._net.request(None, "Metadata", lambda v: md.request_body(v, None if topic is None else [topic]),
+                                 None if timeout is None else int(timeout * 1000))
+        md.update(resp, 0, all_topics=True)
+        return md.snapshot()
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush (up to ``timeout``) and close the connections; returns records left unsent."""
+        if self._closed:
+            return 0
+        left = self.flush(timeout)
+        self._closed = True
+        self._net.close()
+        return left
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def network(self) -> NetworkClient:
+        return self._net
+
+    # --- partitioning and batching ---------------------------------------------------------
+    def _choose_partition(self, topic: str, key: bytes | None, n: int) -> int:
+        p = partition_for(self._partitioner, key, n)
+        if p is not None:
+            return p
+        if key is None and self._partitioner == "murmur2_random":
+            sticky = self._sticky.get(topic)
+            if sticky is None or sticky >= n:
+                sticky = self._sticky[topic] = self._rng.randrange(n)
+            return sticky
+        return self._rng.randrange(n)
+
+    def _append(self, msg: DeliveryReport, now: int) -> bool:
+        """Add to its partition's open batch; True when a batch was closed (is full)."""
+        tp = (msg._topic, msg._partition)
+        q = self._batches.get(tp)
+        if q is None:
+            q = self._batches[tp] = deque()
+        b = q[-1] if q and not q[-1].closed else None
+        closed = False
+        if b is not None and b.msgs and (b.size_bytes + msg._size > self._batch_bytes or
+                                         len(b.msgs) >= self._batch_records):
+            self._close_batch(b)
+            closed = True
+            b = None
+        if b is None:
+            b = _Batch(tp, now)
+            q.append(b)
+        b.msgs.append(msg)
+        b.size_bytes += msg._size
+        return closed
+
+    def _close_batch(self, b: _Batch) -> None:
+        b.closed = True
+        if self._sticky.get(b.tp[0]) == b.tp[1]:
+            del self._sticky[b.tp[0]]  # the next null-key record picks a new partition
+
+    # --- the driver -------------------------------------------------------------------------
+    def _drive(self, wait_ms: int, *, flushing: bool, serve: bool) -> None:
+        now = now_ms()
+        self._place_parked(now)
+        self._expire(now)
+        self._send_ready(now, flushing)
+        wait = min(wait_ms, self._next_wake_ms(now, flushing) - now)
+        self._net.poll(max(0, wait))
+        now = now_ms()
+        self._place_parked(now)
+        self._send_ready(now, flushing)
+        if serve:
+            self._serve_reports()
+
+    def _next_wake_ms(self, now: int, flushing: bool) -> int:
+        t = now + 1000
+        for tp, q in self._batches.items():
+            if q and tp not in self._busy:
+                b = q[0]
+                if b.attempts:
+                    t = min(t, b.next_attempt_ms)
+                elif not flushing:
+                    t = min(t, b.created_ms + self._linger_ms)
+                else:
+                    t = min(t, now + self._retry_backoff_ms)  # waiting for a leader
+        return max(now, t)
+
+    def _place_parked(self, now: int) -> None:
+        for topic in list(self._parked):
+            q = self._parked[topic]
+            parts = self._md.partitions_for(topic)
+            if parts is None:
+                info = self._md.topic(topic)
+                if info is not None and info.error_code:
+                    err = for_code(info.error_code, f"topic {topic!r}")
+                    first = self._unknown_since.setdefault(topic, now)
+                    if not err.retriable or now - first >= _TOPIC_PROPAGATION_MAX_MS:
+                        del self._parked[topic]
+                        for msg in q:
+                            self._report(msg, err, now)
+                        continue
+                    self._md.request_update()
+                continue
+            self._unknown_since.pop(topic, None)
+            del self._parked[topic]
+            n = len(parts)
+            for msg in q:
+                msg._partition = self._choose_partition(topic, msg._key, n)
+                self._append(msg, now)
+
+    def _expire(self, now: int) -> None:
+        limit = self._delivery_timeout_ms
+        for topic in list(self._parked):
+            q = self._parked[topic]
+            while q and now - q[0]._created_ms >= limit:
+                self._report(q.popleft(), KafkaTimeoutError(
+                    f"record for {topic!r} timed out after {limit} ms waiting for metadata "
+                    "(delivery.timeout.ms)"), now)
+            if not q:
+                del self._parked[topic]
+        for tp, q in self._batches.items():
+            if tp in self._busy:
+                continue
+            while q and now - q[0].msgs[0]._created_ms >= limit:
+                b = q.popleft()
+                err = KafkaTimeoutError(f"batch for {tp[0]}[{tp[1]}] timed out after {limit} ms "
+                                        "(delivery.timeout.ms)")
+                for msg in b.msgs:
+                    self._report(msg, err, now)
+
+    def _send_ready(self, now: int, flushing: bool) -> None:
+        by_node: dict[int, list[_Batch]] = {}
+        for tp, q in self._batches.items():
+            if not q or tp in self._busy:
+                continue
+            b = q[0]
+            if b.attempts and now < b.next_attempt_ms:
+                continue
+            if not (flushing or b.closed or len(q) > 1 or b.attempts or
+                    now - b.created_ms >= self._linger_ms):
+                continue
+            info = self._md.topic(tp[0])
+            if info is not None and info.partitions and tp[1] not in info.partitions \
+                    and self._md.updated_ms > b.created_ms:
+                q.popleft()
+                for msg in b.msgs:
+                    self._report(msg, for_code(_UNKNOWN_TOPIC, f"{tp[0]}[{tp[1]}]: {_UNKNOWN_PARTITION_MSG}"), now)
+                continue
+            leader = self._md.leader_for(*tp)
+            if leader is None:
+                self._md.add_topics([tp[0]])
+                self._md.request_update()
+                continue
+            q.popleft()
+            self._close_batch(b)
+            self._busy.add(tp)
+            by_node.setdefault(leader, []).append(b)
+        for node, batches in by_node.items():
+            self._send_produce(node, batches)
+
+    def _send_produce(self, node: int, batches: list[_Batch]) -> None:
+        for b in batches:
+            if b.payload is None:
+                b.payload = self._build_batch(
+                    [(m._key, m._value, m._headers, m._timestamp_ms) for m in b.msgs],
+                    compression=self._compression)
+        by_topic: dict[str, list[dict]] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.payload})
+        topic_ids = {t: self._md.topic_id(t) for t in by_topic}
+        acks, timeout_ms = self._acks, self._request_timeout_ms
+
+        def body(version: int) -> dict:
+            return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+                    "topic_data": [{"name": t, "topic_id": topic_ids[t] or ZERO_UUID, "partition_data": parts}
+                                   for t, parts in by_topic.items()]}
+
+        # Produce v13 names topics by id only: use it only when every id is known.
+        max_version = None if all(topic_ids.values()) else 12
+        f = self._net.send(node, "Produce", body, timeout_ms=timeout_ms, max_version=max_version)
+        names = {tid: t for t, tid in topic_ids.items() if tid}
+        f.add_callback(lambda f: self._on_produce(f, batches, names))
+
+    def _on_produce(self, f, batches: list[_Batch], names_by_id: dict) -> None:
+        now = now_ms()
+        for b in batches:
+            self._busy.discard(b.tp)
+        if f.error is not None:
+            if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
+                self._md.request_update()  # the leader may have moved
+            for b in batches:
+                self._retry_or_fail(b, f.error, now)
+            return
+        if f.response is None:  # acks=0: written is all we will ever know
+            for b in batches:
+                for msg in b.msgs:
+                    self._report(msg, None, now)
+            return
+        results = {}
+        for t in f.response.get("responses", ()):
+            name = t.get("name") or names_by_id.get(t.get("topic_id"))
+            for p in t.get("partition_responses", ()):
+                results[(name, p["index"])] = p
+        for b in batches:
+            pr = results.get(b.tp)
+            if pr is None:
+                self._retry_or_fail(b, ProtocolError(f"Produce response lacks {b.tp[0]}[{b.tp[1]}]"), now)
+                continue
+            code = pr["error_code"]
+            if code:
+                err = for_code(code, pr.get("error_message"))
+                if err.invalid_metadata:
+                    self._md.request_update()
+                self._retry_or_fail(b, err, now)
+                continue
+            base = pr["base_offset"]
+            append_ms = pr.get("log_append_time_ms", -1)
+            for i, msg in enumerate(b.msgs):
+                msg._offset = base + i if base >= 0 else -1
+                # Like the Java client, trust a log-append time when the broker sends one.
+                # (librdkafka's mock cluster always sends 1234, whatever the topic's
+                # timestamp type; create_timestamp() still has the record's own.)
+                if append_ms is not None and append_ms >= 0:
+                    msg._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
+                    msg._timestamp_ms = append_ms
+                self._report(msg, None, now)
+
+    def _retry_or_fail(self, b: _Batch, err: KwireError, now: int) -> None:
+        retriable = isinstance(err, (KafkaConnectionError, KafkaTimeoutError)) or \
+            (isinstance(err, BrokerError) and err.retriable)
+        first = b.msgs[0]._created_ms
+        if retriable and b.attempts < self._retries and now - first < self._delivery_timeout_ms:
+            b.attempts += 1
+            b.next_attempt_ms = now + self._retry_backoff_ms
+            self._batches.setdefault(b.tp, deque()).appendleft(b)
+            return
+        for msg in b.msgs:
+            self._report(msg, err, now)
+
+    def _report(self, msg: DeliveryReport, err: KwireError | None, now: int) -> None:
+        msg._error = err
+        msg._delivered_ms = now
+        if err is not None:
+            msg._offset = -1001
+        self._reports.append(msg)
+
+    def _serve_reports(self) -> int:
+        served = 0
+        while self._reports:
+            msg = self._reports.popleft()
+            self._outstanding -= 1
+            served += 1
+            cb = msg._on_delivery
+            if cb is not None:
+                cb(msg._error, msg)
+        return served

@@ -1,0 +1,358 @@
+"""The network layer: framing, metadata cache, and NetworkClient against real and fake peers."""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+
+import pytest
+
+from kwire.embedded import free_port
+from kwire.errors import (
+    KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError, UnsupportedVersionError,
+)
+from kwire.net import ConnState, FrameReader, Metadata, NetworkClient, backoff_ms
+from kwire.protocol import api as P
+
+from .fake_broker import FakeBroker, api_versions_ok, frame
+from .tcp_proxy import TcpProxy
+
+
+def _client(bootstrap: str, **cfg) -> NetworkClient:
+    conf = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000,
+            "request.timeout.ms": 5000, "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 200}
+    conf.update(cfg.pop("config", {}))
+    return NetworkClient(conf, **cfg)
+
+
+def _metadata_body(topics):
+    md = Metadata()
+    return lambda v: md.request_body(v, topics)
+
+
+# --- framing (no I/O) ---------------------------------------------------------------------
+
+def _frames(*payloads: bytes) -> bytes:
+    return b"".join(struct.pack(">i", len(p)) + p for p in payloads)
+
+
+def test_frame_reader_any_split():
+    payloads = [b"a" * 5, b"", b"xyz" * 1000, b"\x00\x01"]
+    data = _frames(*payloads)
+    for cut in range(len(data) + 1):
+        r = FrameReader(10_000)
+        got = r.feed(data[:cut]) + r.feed(data[cut:])
+        assert [bytes(g) for g in got] == payloads, cut
+        assert not r.mid_frame
+
+
+def test_frame_reader_byte_by_byte_and_direct_buffer():
+    big = bytes(range(256)) * 1000  # 256 KB: read straight into its own buffer
+    data = _frames(b"hi", big)
+    r = FrameReader(1 << 20)
+    out = [bytes(f) for b in data[:10] for f in r.feed(bytes([b]))]
+    pos = 10
+    while True:
+        buf = r.direct_buffer()
+        if buf is None:
+            break
+        n = min(len(buf), 50_000)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        out += [bytes(f) for f in r.direct_filled(n)]
+    out += [bytes(f) for f in r.feed(data[pos:])]
+    assert out == [b"hi", big]
+
+
+@pytest.mark.parametrize("size", [-1, 1001, 0x7FFFFFFF])
+def test_frame_reader_rejects_absurd_sizes(size):
+    r = FrameReader(1000)
+    with pytest.raises(ProtocolError, match="claims"):
+        r.feed(struct.pack(">i", size) + b"xx")
+
+
+def test_connection_transitions_are_checked():
+    from kwire.net.connection import Connection
+    c = Connection(1, "h", 1, 100)
+    with pytest.raises(AssertionError, match="DISCONNECTED -> READY"):
+        c.transition(ConnState.READY, 0)
+    for state in (ConnState.CONNECTING, ConnState.NEGOTIATING, ConnState.READY, ConnState.DISCONNECTED):
+        c.transition(state, 0)
+
+
+def test_backoff_grows_and_is_capped():
+    import random
+    rng = random.Random(1)
+    assert backoff_ms(0, 100, 1000, rng) == 0
+    first = [backoff_ms(1, 100, 10_000, rng) for _ in range(50)]
+    assert all(80 <= b <= 120 for b in first)
+    assert all(backoff_ms(4, 100, 10_000, rng) >= 640 for _ in range(50))
+    assert all(backoff_ms(30, 100, 1000, rng) <= 1000 for _ in range(50))
+
+
+# --- the metadata cache (no I/O) --------------------------------------------------------------
+
+def _md_response(topics, brokers=((1, "h1", 9092),), controller=1):
+    return {
+        "brokers": [{"node_id": n, "host": h, "port": p, "rack": None} for n, h, p in brokers],
+        "cluster_id": "c1", "controller_id": controller,
+        "topics": [{"error_code": 0, "name": name, "topic_id": tid, "is_internal": False,
+                    "partitions": [{"error_code": 0, "partition_index": i, "leader_id": leader,
+                                    "leader_epoch": 3, "replica_nodes": [leader], "isr_nodes": [leader],
+                                    "offline_replicas": []} for i, leader in enumerate(parts)]}
+                   for name, tid, parts in topics],
+    }
+
+
+def test_metadata_cache_update_and_staleness():
+    import uuid
+    tid = uuid.uuid4()
+    md = Metadata(max_age_ms=1000, refresh_backoff_ms=100)
+    assert md.needs_update(0)
+    md.add_topics(["a"])
+    md.update(_md_response([("a", tid, [1, 1])]), now_ms=10)
+    assert not md.needs_update(20)
+    assert md.partitions_for("a") == [0, 1]
+    assert md.leader_for("a", 1) == 1 and md.partition("a", 1).leader_epoch == 3
+    assert md.topic_name(tid) == "a" and md.topic_id("a") == tid
+    assert md.broker(1).address == "h1:9092" and md.controller_id == 1 and md.cluster_id == "c1"
+    assert md.is_stale(1010) and md.needs_update(1010)
+    md.request_update()
+    assert md.needs_update(200)
+    md.attempt(300)
+    assert not md.needs_update(350)
+    # a partial answer (one topic asked) keeps the other topics
+    md.update(_md_response([("b", uuid.uuid4(), [1])]), now_ms=400, all_topics=False)
+    assert set(md.topics) == {"a", "b"}
+    md.update(_md_response([("b", uuid.uuid4(), [1])]), now_ms=500, all_topics=True)
+    assert set(md.topics) == {"b"}
+    assert md.partitions_for("a") is None and md.leader_for("a", 0) is None
+
+
+def test_metadata_request_body_versions():
+    md = Metadata()
+    assert md.request_body(0, None)["topics"] == []  # v0: empty = all
+    assert md.request_body(1, None)["topics"] is None
+    assert md.request_body(12, ["x"])["topics"][0]["name"] == "x"
+
+
+# --- against the real peers ------------------------------------------------------------------
+
+def test_api_versions_negotiated_within_both_ranges(broker):
+    events = []
+    with _client(broker.bootstrap, tracer=events.append) as c:
+        theirs = c.broker_api_versions(None)
+        assert theirs, "no ApiVersions answer"
+        checked = 0
+        for key, a in P.APIS.items():
+            if key not in theirs:
+                continue
+            blo, bhi = theirs[key]
+            if max(a.min_version, blo) > min(a.max_version, bhi):
+                with pytest.raises(UnsupportedVersionError):
+                    c.api_version(None, key)
+                continue
+            v = c.api_version(None, key)
+            assert a.min_version <= v <= a.max_version and blo <= v <= bhi
+            assert v == min(a.max_version, bhi)
+            checked += 1
+        assert checked >= 8
+        hs = [e for e in events if e["api"] == "ApiVersions" and e["direction"] == "recv"]
+        assert hs[-1]["version"] == min(4, theirs[18][1])  # Tansu: v4; the mock: v2 after stepping down
+
+
+def test_metadata_of_created_topic(broker, create_topic, unique_topic):
+    n = create_topic(broker, unique_topic, 3)
+    with _client(broker.bootstrap) as c:
+        c.metadata.add_topics([unique_topic])
+        md = c.refresh_metadata(timeout_ms=5000)
+        parts = md.partitions_for(unique_topic)
+        assert parts == list(range(n))
+        assert md.topic(unique_topic).error_code == 0
+        for p in parts:
+            leader = md.leader_for(unique_topic, p)
+            assert leader in md.brokers
+        assert md.topic_id(unique_topic) is not None
+        assert md.cluster_id
+        # the client learned the brokers and can talk to a partition leader directly
+        leader = md.leader_for(unique_topic, 0)
+        resp = c.request(leader, "Metadata", _metadata_body([unique_topic]), 5000)
+        assert resp["topics"][0]["name"] == unique_topic
+
+
+def test_pipelined_requests_matched_by_correlation_id(broker):
+    with _client(broker.bootstrap, auto_metadata=False) as c:
+        node = c.ensure_ready(None).node_id
+        names = [f"pipelined-{i}" for i in range(8)]
+        sent = [c.send(node, "Metadata", _metadata_body([n])) for n in names]
+        # all written before any answer was read: several in flight on one connection
+        assert c.in_flight_count(node) == len(names)
+        deadline = time.monotonic() + 10
+        while not all(f.done for f in sent) and time.monotonic() < deadline:
+            c.poll(100)
+        assert len({f.correlation_id for f in sent}) == len(sent)
+        for name, f in zip(names, sent):
+            assert f.error is None, f.error
+            assert [t["name"] for t in f.response["topics"]] == [name]
+            assert f.rtt_ms is not None and f.rtt_ms >= 0
+            assert f.node_id == node
+        received = [f.received_ms for f in sent]
+        assert received == sorted(received)  # Kafka answers in order
+
+
+def test_several_bootstrap_servers_tried_in_turn(broker):
+    dead = f"127.0.0.1:{free_port()}"
+    with _client(f"{dead},{broker.bootstrap}") as c:
+        resp = c.request(None, "Metadata", _metadata_body([]), 5000)
+        assert resp["brokers"]
+
+
+def test_unreachable_bootstrap_refused_fails_fast():
+    with _client(f"127.0.0.1:{free_port()}", config={"request.timeout.ms": 3000}) as c:
+        t0 = time.monotonic()
+        with pytest.raises((KafkaConnectionError, KafkaTimeoutError)) as info:
+            c.request(None, "Metadata", _metadata_body([]))
+        assert time.monotonic() - t0 < 3.5
+        assert "127.0.0.1" in str(info.value)
+
+
+def test_silent_bootstrap_fails_within_setup_timeout():
+    # A listener that never answers: TCP connects, ApiVersions gets no reply.
+    with TcpProxy("127.0.0.1", free_port()) as proxy:
+        proxy.blackhole = True
+        with _client(proxy.address, config={"socket.connection.setup.timeout.ms": 1000,
+                                             "request.timeout.ms": 4000}) as c:
+            t0 = time.monotonic()
+            with pytest.raises((KafkaConnectionError, KafkaTimeoutError)) as info:
+                c.request(None, "Metadata", _metadata_body([]))
+            elapsed = time.monotonic() - t0
+            assert 0.9 <= elapsed < 2.5, elapsed
+            assert "timed out" in str(info.value)
+
+
+def test_connection_cut_mid_response_then_reconnect(broker):
+    host, port = broker.bootstrap.split(",")[0].rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy, _client(proxy.address, auto_metadata=False) as c:
+        node = c.ensure_ready(None).node_id
+        assert node < 0  # the bootstrap connection, through the proxy
+        proxy.cut_next_response(after_bytes=10)  # size prefix + 6 bytes of the response
+        f = c.send(node, "Metadata", _metadata_body([]))
+        other = c.send(node, "Metadata", _metadata_body(["x"]))  # also in flight: fails too
+        c.wait(f)
+        c.wait(other)
+        assert isinstance(f.error, KafkaConnectionError), f.error
+        assert "mid-response" in str(f.error)
+        assert isinstance(other.error, KafkaConnectionError)
+        assert c.connection_state(node) is ConnState.DISCONNECTED
+        # reconnects (after the backoff) and succeeds
+        resp = c.request(node, "Metadata", _metadata_body([]), 5000)
+        assert resp["brokers"]
+        assert proxy.accepted == 2 and proxy.cuts == 1
+
+
+def test_absurd_frame_size_is_a_protocol_error():
+    def handler(key, version, cid, body):
+        if key == 18:
+            return api_versions_ok(version, cid)
+        return struct.pack(">ii", 0x7FFFFFF0, cid) + b"\x00" * 16  # claims ~2 GB
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False) as c:
+        f = c.send(None, "Metadata", _metadata_body([]))
+        c.wait(f)
+        assert isinstance(f.error, ProtocolError) and "claims" in str(f.error)
+        assert c.connection_state(-1) is ConnState.DISCONNECTED
+
+
+def test_api_versions_fallback_kip511():
+    """A broker that knows ApiVersions v0-2 answers v4 with UNSUPPORTED_VERSION in v0 format."""
+    def handler(key, version, cid, body):
+        if key == 18:
+            if version > 2:
+                return frame("ApiVersions", 0, cid, {"error_code": 35, "api_keys": [
+                    {"api_key": 18, "min_version": 0, "max_version": 2}]})
+            return api_versions_ok(version, cid, [
+                {"api_key": 18, "min_version": 0, "max_version": 2},
+                {"api_key": 3, "min_version": 0, "max_version": 7}])
+        if key == 3:
+            return frame("Metadata", version, cid, {"brokers": [], "topics": [], "controller_id": -1})
+        return None
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False) as c:
+        assert c.api_version(None, "Metadata") == 7
+        assert [(k, v) for k, v, _ in fb.requests] == [(18, 4), (18, 2)]
+        with pytest.raises(UnsupportedVersionError):
+            c.request(None, "Fetch", {}, 1000)  # not in the broker's list
+
+
+def test_request_timeout_and_late_response_discarded():
+    slow = threading.Event()
+
+    def handler(key, version, cid, body):
+        if key == 18:
+            return api_versions_ok(version, cid)
+        if not slow.is_set():
+            slow.set()
+            time.sleep(0.8)  # answer after the client gave up
+        return frame("Metadata", version, cid, {"brokers": [], "topics": [], "controller_id": -1})
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False) as c:
+        t0 = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            c.request(None, "Metadata", _metadata_body([]), timeout_ms=150)
+        assert time.monotonic() - t0 < 0.7
+        # the connection survives; the late answer is dropped, the next request matches
+        resp = c.request(None, "Metadata", _metadata_body([]), timeout_ms=3000)
+        assert resp["controller_id"] == -1
+        assert fb.connections == 1
+
+
+def test_wakeup_interrupts_poll():
+    with FakeBroker() as fb, _client(fb.bootstrap, auto_metadata=False) as c:
+        threading.Timer(0.1, c.wakeup).start()
+        t0 = time.monotonic()
+        c.poll(5000)
+        assert time.monotonic() - t0 < 2
+
+
+def test_tracer_sees_sends_and_receives(tansu):
+    events = []
+    with _client(tansu.bootstrap, tracer=events.append, auto_metadata=False) as c:
+        c.request(None, "Metadata", _metadata_body([]), 5000)
+    kinds = [(e["direction"], e["api"]) for e in events]
+    assert kinds[:2] == [("send", "ApiVersions"), ("recv", "ApiVersions")]
+    assert ("send", "Metadata") in kinds and ("recv", "Metadata") in kinds
+    recv = [e for e in events if e["direction"] == "recv" and e["api"] == "Metadata"][0]
+    assert recv["rtt_ms"] is not None and recv["size_bytes"] > 0 and recv["address"] == tansu.bootstrap
+    assert recv["node_id"] == -1 and isinstance(recv["body"], dict) and recv["version"] >= 1
+    send = [e for e in events if e["direction"] == "send" and e["api"] == "Metadata"][0]
+    assert send["correlation_id"] == recv["correlation_id"] and send["rtt_ms"] is None
+
+
+def test_protocol_debug_logging(tansu, caplog):
+    import logging
+    with caplog.at_level(logging.DEBUG, logger="kwire.protocol"):
+        with _client(tansu.bootstrap, auto_metadata=False) as c:
+            c.request(None, "Metadata", _metadata_body([]), 5000)
+    lines = [r.getMessage() for r in caplog.records if r.name == "kwire.protocol"]
+    assert any(line.startswith("send") and "Metadata" in line for line in lines)
+    assert any(line.startswith("recv") and "rtt=" in line for line in lines)
+
+
+def test_unknown_node_and_encode_errors(tansu):
+    with _client(tansu.bootstrap) as c:
+        f = c.send(12345, "Metadata", _metadata_body([]))
+        assert f.done and isinstance(f.error, KafkaConnectionError)
+        bad = c.send(None, "Metadata", lambda v: {"topics": [{"name": 7}]})
+        c.wait(bad)
+        assert isinstance(bad.error, KwireError)
+        # the driver keeps working
+        assert c.request(None, "Metadata", _metadata_body([]), 5000)["brokers"]
+
+
+def test_auto_metadata_refresh_learns_brokers(broker):
+    with _client(broker.bootstrap) as c:
+        deadline = time.monotonic() + 5
+        while not c.metadata.brokers and time.monotonic() < deadline:
+            c.poll(50)
+        assert c.metadata.brokers
+        assert all(b.port > 0 for b in c.metadata.brokers.values())
