@@ -1,0 +1,811 @@
+"""Kafka traffic out of packet captures (.pcap and .pcapng).
+
+The pipeline, one plain function per stage::
+
+    read_segments(path)    capture file -> TCP segments per connection
+                           (dpkt: pcap/pcapng files; Ethernet, Linux cooked v1/v2, BSD
+                           loopback and raw-IP link layers; IPv4, IPv6, TCP)
+    reassemble(segments)   one direction -> Stream: bytes by sequence number, duplicates and
+                           overlaps dropped, the holes the capture lost recorded
+    split_frames(stream)   Stream -> size-prefixed frames, resynchronising after damage
+    decode_capture(path)   every Kafka connection: requests decoded from their own header,
+                           each response paired with its request by correlation id (so its api
+                           and version are known), all of it in time order
+
+A Kafka frame on a stream::
+
+    size:int32 (bytes that follow) | payload
+    request payload  = api_key:int16 api_version:int16 correlation_id:int32 client_id ... body
+    response payload = correlation_id:int32 ... body
+
+Nothing is dropped silently: bytes that cannot be decoded become ``undecoded`` items carrying
+the bytes and the reason; holes in the capture become ``gap`` items.  Limits: IP fragments are
+not reassembled; a pcapng file's link type is its first interface's; TLS and SASL-wrapped
+traffic are not Kafka frames and show as undecoded bytes.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import socket
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from ..errors import KwireError
+from ..protocol import api as P
+
+try:
+    import dpkt
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    dpkt = None
+
+__all__ = ["CaptureError", "CaptureResult", "Item", "Stream", "decode_capture", "read_segments",
+           "reassemble", "split_frames"]
+
+DEFAULT_PORT = 9092
+MAX_FRAME_BYTES = 256 * 1024 * 1024  # larger sizes are taken as damage, not as a frame
+MIN_REQUEST_BYTES = 8  # api_key, api_version, correlation_id
+MIN_RESPONSE_BYTES = 4  # correlation_id
+RESYNC_WINDOW_BYTES = 4 * 1024 * 1024  # how far to look for the next frame after damage
+
+_I32 = struct.Struct(">i")
+_REQ_HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
+_RESP_HDR = struct.Struct(">ii")  # size, correlation_id
+
+# Link-layer types (tcpdump.org/linktypes) we hand to dpkt.
+_LINK_ETHERNET = 1
+_LINK_NULL = 0
+_LINK_LOOP = 108
+_LINK_SLL = 113
+_LINK_SLL2 = 276
+_LINK_RAW = (12, 14, 101, 228, 229)  # raw IPv4/IPv6 under the numbers various systems use
+
+
+class CaptureError(KwireError):
+    """The file is not a capture kwire can read (not pcap/pcapng, or an unknown link type)."""
+
+
+# --- items: what decode_capture reports ------------------------------------------------------
+
+@dataclass
+class Item:
+    """One thing seen on the wire: a decoded frame, undecodable bytes, a gap or a note.
+
+    ``kind`` is "request", "response", "undecoded", "gap" or "note".  ``problem`` marks the
+    items that mean some bytes could not be decoded (undecoded, gap, and some notes).
+    ``size_bytes`` counts a frame's bytes on the wire, its 4-byte size prefix included.
+    """
+
+    kind: str
+    ts: float | None = None
+    client: str | None = None
+    broker: str | None = None
+    to_broker: bool | None = None
+    api: str | None = None
+    api_key: int | None = None
+    version: int | None = None
+    correlation_id: int | None = None
+    client_id: str | None = None
+    size_bytes: int | None = None
+    rtt_ms: float | None = None
+    body: dict | None = None
+    reason: str | None = None
+    data: bytes | None = None
+    offset: int | None = None
+    connection: int | None = None
+    problem: bool = False
+
+    def to_event(self) -> dict:
+        """The dict render.py takes (the same shape as a live trace event after trace.py)."""
+        return {
+            "kind": self.kind, "ts": self.ts, "client": self.client, "broker": self.broker,
+            "node_id": None, "to_broker": self.to_broker, "connection": self.connection,
+            "api": self.api, "api_key": self.api_key, "version": self.version,
+            "correlation_id": self.correlation_id, "client_id": self.client_id,
+            "size_bytes": self.size_bytes, "rtt_ms": self.rtt_ms, "body": self.body,
+            "reason": self.reason, "data": self.data, "offset": self.offset,
+        }
+
+
+@dataclass
+class KafkaConnection:
+    """One Kafka connection found in the capture (``index`` is Item.connection)."""
+
+    index: int
+    client: str
+    broker: str
+    found_by: str  # "port" or "auto"
+    opened_in_capture: bool  # its SYN is in the capture: nothing before it is missing
+
+
+@dataclass
+class CaptureResult:
+    items: list[Item]
+    stats: dict
+    connections: list[KafkaConnection] = field(default_factory=list)
+
+    @property
+    def problems(self) -> int:
+        return sum(1 for i in self.items if i.problem)
+
+    def frames(self, kind: str | None = None) -> list[Item]:
+        kinds = ("request", "response") if kind is None else (kind,)
+        return [i for i in self.items if i.kind in kinds]
+
+
+# --- reading packets ---------------------------------------------------------------------------
+
+@dataclass
+class Segment:
+    """One TCP segment: ``payload`` as captured, ``lost`` bytes of it the capture did not keep."""
+
+    index: int  # packet number in the file, from 1 as tcpdump and Wireshark count
+    ts: float
+    seq: int
+    flags: int
+    payload: bytes
+    lost: int = 0
+
+    @property
+    def syn(self) -> bool:
+        return bool(self.flags & 0x02)
+
+    @property
+    def fin_or_rst(self) -> bool:
+        return bool(self.flags & 0x05)
+
+
+Endpoint = tuple  # (ip text, port)
+
+
+def endpoint_text(ep: Endpoint) -> str:
+    host, port = ep
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass
+class Connection:
+    """The segments of one TCP connection, each direction keyed by its source endpoint."""
+
+    a: Endpoint  # source of the first packet seen
+    b: Endpoint
+    segments: dict = field(default_factory=dict)  # Endpoint -> list[Segment]
+    isn: dict = field(default_factory=dict)  # Endpoint -> initial sequence number (SYN seen)
+    closed: set = field(default_factory=set)  # endpoints that sent FIN or RST
+    syn_from: Endpoint | None = None  # the side that opened the connection
+    first_ts: float = 0.0
+    has_data: bool = False
+
+    def add(self, src: Endpoint, seg: Segment) -> None:
+        if seg.syn:
+            self.isn.setdefault(src, seg.seq)
+            if not seg.flags & 0x10 and self.syn_from is None:  # SYN without ACK: the opener
+                self.syn_from = src
+        if seg.fin_or_rst:
+            self.closed.add(src)
+        if seg.payload or seg.lost:
+            self.has_data = True
+        self.segments.setdefault(src, []).append(seg)
+
+    def other(self, ep: Endpoint) -> Endpoint:
+        return self.b if ep == self.a else self.a
+
+
+def _link_decoder(linktype: int) -> Callable[[bytes], object] | None:
+    if linktype == _LINK_ETHERNET:
+        return dpkt.ethernet.Ethernet
+    if linktype == _LINK_SLL:
+        return dpkt.sll.SLL
+    if linktype == _LINK_SLL2:
+        return dpkt.sll2.SLL2
+    if linktype in (_LINK_NULL, _LINK_LOOP):
+        return dpkt.loopback.Loopback
+    if linktype in _LINK_RAW:
+        def raw_ip(buf: bytes):
+            if buf and buf[0] >> 4 == 6:
+                return dpkt.ip6.IP6(buf)
+            return dpkt.ip.IP(buf)
+        return raw_ip
+    return None
+
+
+def _find_ip(pkt):
+    for _ in range(4):  # link header -> (VLAN, loopback-in-Ethernet...) -> IP
+        if isinstance(pkt, (dpkt.ip.IP, dpkt.ip6.IP6)):
+            return pkt
+        pkt = getattr(pkt, "data", None)
+        if not isinstance(pkt, dpkt.Packet):
+            return None
+    return None
+
+
+def read_segments(path: str | os.PathLike) -> tuple[list[Connection], dict, list[Item]]:
+    """Every TCP connection in a capture, with its segments in capture order.
+
+    Returns (connections, stats, notes): notes report damage to the file itself.
+    """
+    if dpkt is None:
+        raise CaptureError("reading captures needs dpkt: pip install 'kwire[debug]' (or pip install dpkt)")
+    stats = {"packets": 0, "tcp_packets": 0, "other_packets": 0, "unreadable_packets": 0}
+    notes: list[Item] = []
+    by_key: dict = {}
+    done: list[Connection] = []
+    with open(path, "rb") as f:
+        try:
+            reader = dpkt.pcap.UniversalReader(f)
+        except (ValueError, dpkt.Error, struct.error) as exc:
+            raise CaptureError(f"{os.fspath(path)}: not a pcap or pcapng capture ({exc})") from None
+        linktype = reader.datalink()
+        decode_link = _link_decoder(linktype)
+        if decode_link is None:
+            raise CaptureError(f"{os.fspath(path)}: link type {linktype} is not supported "
+                               "(Ethernet, Linux cooked v1/v2, loopback and raw IP are)")
+        stats["link_type"] = linktype
+        last: tuple[Segment, Connection] | None = None
+        packets = iter(reader)
+        while True:
+            try:
+                ts, buf = next(packets)
+            except StopIteration:
+                break
+            except (dpkt.Error, struct.error, ValueError) as exc:
+                notes.append(Item("note", ts=last[0].ts if last else None, problem=True, reason=(
+                    f"the capture file ends inside the record after packet {stats['packets']} "
+                    f"(a cut file?): {exc or type(exc).__name__}")))
+                break
+            stats["packets"] += 1
+            index = stats["packets"]
+            try:
+                ip = _find_ip(decode_link(buf))
+            except (dpkt.Error, struct.error, ValueError, IndexError):
+                ip = None
+            if ip is None:
+                stats["other_packets"] += 1
+                continue
+            tcp = ip.data
+            if ip.p != 6:
+                stats["other_packets"] += 1
+                continue
+            if not isinstance(tcp, dpkt.tcp.TCP):
+                stats["unreadable_packets"] += 1
+                notes.append(Item("note", ts=float(ts), problem=True, reason=(
+                    f"packet {index} is too short (or fragmented) to read its TCP header; "
+                    "its bytes are missing from its stream")))
+                continue
+            stats["tcp_packets"] += 1
+            if isinstance(ip, dpkt.ip.IP):
+                src, dst = socket.inet_ntop(socket.AF_INET, ip.src), socket.inet_ntop(socket.AF_INET, ip.dst)
+                seg_len = ip.len - ip.hl * 4 if ip.len else None
+            else:
+                src, dst = socket.inet_ntop(socket.AF_INET6, ip.src), socket.inet_ntop(socket.AF_INET6, ip.dst)
+                ext = sum(e.length for e in getattr(ip, "all_extension_headers", ()))
+                seg_len = ip.plen - ext if ip.plen else None
+            payload = bytes(tcp.data)
+            lost = max(0, seg_len - tcp.off * 4 - len(payload)) if seg_len is not None else 0
+            seg = Segment(index, float(ts), tcp.seq, tcp.flags, payload, lost)
+            s_ep, d_ep = (src, tcp.sport), (dst, tcp.dport)
+            key = (s_ep, d_ep) if s_ep <= d_ep else (d_ep, s_ep)
+            conn = by_key.get(key)
+            if conn is not None and seg.syn and not seg.flags & 0x10 and (
+                    conn.has_data or conn.closed) and conn.isn.get(s_ep) != seg.seq:
+                done.append(conn)  # the 4-tuple is reused by a new connection
+                conn = None
+            if conn is None:
+                conn = by_key[key] = Connection(s_ep, d_ep, first_ts=seg.ts)
+            conn.add(s_ep, seg)
+            last = (seg, conn)
+        if last is not None and last[0].lost:
+            seg = last[0]
+            notes.append(Item("note", ts=seg.ts, problem=False, reason=(
+                f"the capture file ends inside packet {seg.index}: its last {seg.lost} bytes "
+                "are missing (a cut file?)")))
+    conns = done + list(by_key.values())
+    conns.sort(key=lambda c: c.first_ts)
+    return conns, stats, notes
+
+
+# --- reassembly --------------------------------------------------------------------------------
+
+class Stream:
+    """One direction of a TCP connection, reassembled.
+
+    ``data`` covers stream offsets [0, end); bytes inside ``holes`` (sorted (start, stop)
+    pairs) were lost by the capture and read as zeros.  Offset 0 is the byte after the SYN, or
+    the first byte captured when the capture started mid-connection (``mid_start``).
+    """
+
+    def __init__(self, data: bytes, holes: list, times: list, *, mid_start: bool, closed: bool,
+                 duplicate_bytes: int = 0, lost_segments: list | None = None):
+        self.data = bytes(data)
+        self.holes = holes
+        self._time_offsets = [o for o, _ in times]
+        self._times = [t for _, t in times]
+        self.mid_start = mid_start
+        self.closed = closed  # FIN/RST seen and nothing lost at the end
+        self.duplicate_bytes = duplicate_bytes
+        self.lost_segments = lost_segments or []  # (packet index, lost bytes) of short packets
+
+    @property
+    def end(self) -> int:
+        return len(self.data)
+
+    def time_at(self, offset: int) -> float | None:
+        if not self._times:
+            return None
+        i = bisect.bisect_right(self._time_offsets, offset) - 1
+        return self._times[max(i, 0)]
+
+    def first_hole(self, start: int, stop: int) -> tuple[int, int] | None:
+        """The first hole overlapping [start, stop)."""
+        holes = self.holes
+        for i in range(max(bisect.bisect_right(holes, (start, float("inf"))) - 1, 0), len(holes)):
+            hs, he = holes[i]
+            if hs >= stop:
+                return None
+            if he > start:
+                return hs, he
+        return None
+
+    def lost_in(self, start: int, stop: int) -> int:
+        return sum(max(0, min(he, stop) - max(hs, start)) for hs, he in self.holes if hs < stop and he > start)
+
+    def runs(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The sub-ranges of [start, stop) the capture has."""
+        out, pos = [], start
+        stop = min(stop, self.end)
+        while pos < stop:
+            hole = self.first_hole(pos, stop)
+            if hole is None:
+                out.append((pos, stop))
+                break
+            if hole[0] > pos:
+                out.append((pos, hole[0]))
+            pos = hole[1]
+        return out
+
+
+def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False) -> Stream:
+    """Order one direction's segments by sequence number into a Stream.
+
+    Retransmitted and overlapping bytes are taken from the first copy captured; bytes no
+    segment carries are holes.  Sequence numbers are unwrapped (mod 2**32) in capture order.
+    """
+    data_segs = [s for s in segments if s.payload or s.lost]
+    if not data_segs:
+        return Stream(b"", [], [], mid_start=isn is None, closed=closed)
+    prev_seq = (isn + 1) & 0xFFFFFFFF if isn is not None else data_segs[0].seq
+    prev_rel = 0
+    placed = []
+    for s in data_segs:
+        seq = (s.seq + 1) & 0xFFFFFFFF if s.syn else s.seq  # data on a SYN (TCP Fast Open) follows the SYN
+        diff = (seq - prev_seq) & 0xFFFFFFFF
+        if diff >= 1 << 31:
+            diff -= 1 << 32
+        rel = prev_rel + diff
+        prev_seq, prev_rel = seq, rel
+        placed.append((rel, s.index, s))
+    shift = 0 if isn is not None else -min(r for r, _, _ in placed)
+    placed.sort(key=lambda p: (p[0], p[1]))
+    data = bytearray()
+    holes: list[tuple[int, int]] = []
+    times: list[tuple[int, float]] = []
+    declared = 0
+    duplicates = 0
+    lost_segments = []
+    for rel, _, s in placed:
+        rel += shift
+        if rel < 0:  # bytes before the SYN: cannot happen on a sane capture
+            continue
+        cursor = len(data)
+        if rel > cursor:
+            holes.append((cursor, rel))
+            data.extend(bytes(rel - cursor))
+            cursor = rel
+        cap_end = rel + len(s.payload)
+        if cap_end > cursor:
+            duplicates += cursor - rel
+            times.append((cursor, s.ts))
+            data += s.payload[cursor - rel:]
+        else:
+            duplicates += len(s.payload)
+        if s.lost:
+            lost_segments.append((s.index, s.lost))
+        declared = max(declared, cap_end + s.lost)
+    if declared > len(data):
+        holes.append((len(data), declared))
+        data.extend(bytes(declared - len(data)))
+    # Merge holes that touch (a short packet followed by a lost one).
+    merged: list[tuple[int, int]] = []
+    for hs, he in holes:
+        if merged and merged[-1][1] >= hs:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], he))
+        else:
+            merged.append((hs, he))
+    tail_lost = bool(merged) and merged[-1][1] == len(data)
+    return Stream(data, merged, times, mid_start=isn is None, closed=closed and not tail_lost,
+                  duplicate_bytes=duplicates, lost_segments=lost_segments)
+
+
+# --- framing -----------------------------------------------------------------------------------
+
+@dataclass
+class Piece:
+    """What split_frames finds: a whole ``frame`` (payload without its size prefix), a frame
+    the capture damaged (``damaged``: ``data`` holds one run of the bytes it has), or
+    ``junk``: bytes that are not a recognisable frame."""
+
+    kind: str
+    offset: int
+    data: bytes
+    size: int | None = None  # the frame's size field
+    reason: str | None = None
+    header: bytes | None = None  # a damaged frame's first 8 payload bytes when captured
+
+
+# How plausible it is that a frame starts at an offset: NO; WEAK (its header is sane but the
+# frame runs past the captured data, so the next frame cannot confirm it); STRONG (the next
+# frame's header is sane too, or the frame ends exactly where the data does).
+NO, WEAK, STRONG = 0, 1, 2
+Plausible = Callable[["Stream", int], int]  # (stream, offset) -> NO | WEAK | STRONG
+
+
+def _confirm(stream: Stream, nxt: int, need: int, check_next: Callable[[int], bool]) -> int:
+    """The tier of a candidate whose frame ends at ``nxt``, given the next frame's check."""
+    if nxt > stream.end:
+        # A closed stream (FIN/RST, nothing lost at its end) has no room for it.
+        return NO if stream.closed else WEAK
+    if nxt == stream.end:
+        return STRONG
+    if nxt + need > stream.end or stream.first_hole(nxt, nxt + need) is not None:
+        return WEAK
+    return STRONG if check_next(nxt) else NO
+
+
+def _request_header_ok(data: bytes, q: int) -> int | None:
+    """The frame size when a sane request header starts at ``q``: size, a known api key at a
+    version kwire declares, a non-negative correlation id, a client id that fits."""
+    size, key, version, corr, cid_len = _REQ_HDR.unpack_from(data, q)
+    if not MIN_REQUEST_BYTES <= size <= MAX_FRAME_BYTES or corr < 0 or not -1 <= cid_len <= size - 10:
+        return None
+    a = P.APIS.get(key)
+    if a is None or not a.min_version <= version <= a.max_version:
+        return None
+    return size
+
+
+def request_start(stream: Stream, q: int) -> int:
+    """How plausibly a request frame starts at ``q`` (NO, WEAK or STRONG)."""
+    data = stream.data
+    if q + _REQ_HDR.size > stream.end:
+        return NO
+    size = _request_header_ok(data, q)
+    if size is None:
+        return NO
+    return _confirm(stream, q + 4 + size, _REQ_HDR.size, lambda n: _request_header_ok(data, n) is not None)
+
+
+def response_start(expected: Callable[[], set]) -> Plausible:
+    """How plausibly a response starts at ``q``: a sane size and a correlation id that one of
+    the connection's unanswered requests carries, confirmed by a sane next size."""
+
+    def next_ok(data: bytes, n: int) -> bool:
+        return MIN_RESPONSE_BYTES <= _I32.unpack_from(data, n)[0] <= MAX_FRAME_BYTES
+
+    def check(stream: Stream, q: int) -> int:
+        data = stream.data
+        if q + _RESP_HDR.size > stream.end:
+            return NO
+        size, corr = _RESP_HDR.unpack_from(data, q)
+        if not MIN_RESPONSE_BYTES <= size <= MAX_FRAME_BYTES or corr not in expected():
+            return NO
+        return _confirm(stream, q + 4 + size, 4, lambda n: next_ok(data, n))
+
+    return check
+
+
+def split_frames(stream: Stream, plausible: Plausible, *, min_size: int) -> Iterator[Piece]:
+    """Cut a stream into size-prefixed frames.
+
+    After damage (a hole over a size prefix, an impossible size, a stream that started
+    mid-connection) it scans forward for the next offset where ``plausible`` holds and reports
+    the bytes it skipped as junk.  ``plausible`` is called lazily, so it may depend on what the
+    caller has decoded so far (a response's correlation id on the requests seen).
+    """
+    data, end = stream.data, stream.end
+
+    def junk(start: int, stop: int, reason: str) -> Iterator[Piece]:
+        for a, b in stream.runs(start, stop):
+            yield Piece("junk", a, data[a:b], reason=reason)
+
+    def resync(start: int) -> int:
+        """The first STRONG candidate at or after ``start``, else the first WEAK one, else
+        ``end`` (nothing left to find) or -1 (gave up after RESYNC_WINDOW_BYTES)."""
+        limit = min(end, start + RESYNC_WINDOW_BYTES)
+        weak = -1
+        q = start
+        while q < limit:
+            hole = stream.first_hole(q, q + 16)
+            if hole is not None:
+                q = hole[1]
+                continue
+            tier = plausible(stream, q)
+            if tier == STRONG:
+                return q
+            if tier == WEAK and weak < 0:
+                weak = q
+            q += 1
+        if weak >= 0:
+            return weak
+        return end if limit == end else -1
+
+    pos = 0
+    if stream.mid_start and plausible(stream, 0) != STRONG:
+        q = resync(0)
+        if q < 0:
+            yield from junk(0, end, "the capture starts mid-connection and no frame boundary "
+                                    f"was found in the first {RESYNC_WINDOW_BYTES} bytes")
+            return
+        yield from junk(0, q, "the capture starts mid-connection: bytes before the first "
+                              "recognisable frame")
+        pos = q
+    while pos < end:
+        hole = stream.first_hole(pos, pos + 4)
+        if hole is not None or pos + 4 > end:
+            if hole is None:
+                yield Piece("damaged", pos, data[pos:end], reason=(
+                    f"the capture ends inside this frame's size prefix ({end - pos} of 4 bytes)"))
+                return
+            yield from junk(pos, hole[0], "bytes just before a capture gap (a frame the gap cut)")
+            q = resync(hole[1])
+            if q < 0:
+                yield from junk(hole[1], end, "after a capture gap no frame boundary was found "
+                                              f"within {RESYNC_WINDOW_BYTES} bytes; rest of stream")
+                return
+            yield from junk(hole[1], q, "bytes after a capture gap, before the next recognisable frame")
+            pos = q
+            continue
+        size = _I32.unpack_from(data, pos)[0]
+        fend = pos + 4 + size
+        impossible = (not min_size <= size <= MAX_FRAME_BYTES) or (stream.closed and fend > end)
+        if impossible:
+            q = resync(pos + 1)
+            why = (f"impossible frame size {size} at stream offset {pos}"
+                   + (" (more than the connection carried)" if min_size <= size <= MAX_FRAME_BYTES else ""))
+            if q < 0:
+                yield from junk(pos, end, why + f"; no frame boundary within {RESYNC_WINDOW_BYTES} "
+                                              "bytes after it; rest of stream")
+                return
+            yield from junk(pos, q, why + ("; skipped to the next recognisable frame" if q < end else
+                                           "; no recognisable frame after it"))
+            pos = q
+            continue
+        lost = stream.lost_in(pos + 4, min(fend, end)) + max(0, fend - end)
+        if lost:
+            parts = []
+            inside = stream.lost_in(pos + 4, min(fend, end))
+            if inside:
+                parts.append(f"the capture lost {inside} of its bytes")
+            if fend > end:
+                parts.append(f"the capture ends after {end - pos - 4} of its {size} bytes")
+            reason = f"frame of {size} bytes at stream offset {pos}: " + "; ".join(parts)
+            has_head = pos + 12 <= end and stream.first_hole(pos + 4, pos + 12) is None
+            head = data[pos + 4:pos + 12] if has_head else None
+            for a, b in stream.runs(pos, min(fend, end)):
+                yield Piece("damaged", a, data[a:b], size=size, reason=reason, header=head)
+                head = None  # attach the header once
+            pos = fend
+            continue
+        yield Piece("frame", pos, data[pos + 4:fend], size=size)
+        pos = fend
+
+
+# --- decoding a connection --------------------------------------------------------------------
+
+@dataclass
+class _Pending:
+    api_key: int
+    version: int
+    ts: float | None
+    item: Item
+
+
+def _describe_error(exc: Exception) -> str:
+    pos = getattr(exc, "position", None)
+    text = str(exc) or type(exc).__name__
+    if pos is None or "position" in text:
+        return text
+    return f"{text} (decoder position {pos})"
+
+
+def _is_kafka_port(ep: Endpoint, ports: set) -> bool:
+    return ep[1] in ports
+
+
+def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tuple[Endpoint | None, str]:
+    a_in, b_in = _is_kafka_port(conn.a, ports), _is_kafka_port(conn.b, ports)
+    if a_in and b_in:
+        if conn.syn_from is not None:
+            return conn.other(conn.syn_from), "port"
+        return conn.b, "port"
+    if a_in or b_in:
+        return (conn.a if a_in else conn.b), "port"
+    if not auto:
+        return None, ""
+    for client in (conn.syn_from, conn.a, conn.b):
+        if client is None:
+            continue
+        s = streams.get(client)
+        if s is not None and s.end and not s.mid_start and request_start(s, 0) != NO:
+            return conn.other(client), "auto"
+    return None, ""
+
+
+def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict) -> list[Item]:
+    client = conn.other(broker)
+    ctext, btext = endpoint_text(client), endpoint_text(broker)
+    empty = Stream(b"", [], [], mid_start=False, closed=False)
+    up, down = streams.get(client, empty), streams.get(broker, empty)
+    items: list[Item] = []
+
+    def item(kind: str, to_broker: bool, **kw) -> Item:
+        it = Item(kind, client=ctext, broker=btext, to_broker=to_broker, connection=index, **kw)
+        items.append(it)
+        return it
+
+    arrow = {True: "client->broker", False: "broker->client"}
+    for stream, to_broker in ((up, True), (down, False)):
+        if stream.mid_start and stream.end:
+            item("note", to_broker, ts=stream.time_at(0), problem=False, reason=(
+                f"capture starts mid-connection ({arrow[to_broker]}: no SYN seen)"))
+        for hs, he in stream.holes:
+            short = [f"packet {i} was captured {n} bytes short" for i, n in stream.lost_segments]
+            item("gap", to_broker, ts=stream.time_at(he) if he < stream.end else stream.time_at(hs),
+                 offset=hs, size_bytes=he - hs, problem=True,
+                 reason=f"capture lost {he - hs} bytes at stream offset {hs} ({arrow[to_broker]})"
+                        + (f"; {'; '.join(short[:3])}" if short else ""))
+
+    # Requests first: their headers tell us how to decode the responses.
+    pending: dict[int, deque[_Pending]] = {}
+    for piece in split_frames(up, request_start, min_size=MIN_REQUEST_BYTES):
+        last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
+        ts = up.time_at(last_byte)
+        if piece.kind == "junk":
+            item("undecoded", True, ts=up.time_at(piece.offset), offset=piece.offset, data=piece.data,
+                 size_bytes=len(piece.data), reason=piece.reason, problem=True)
+            continue
+        if piece.kind == "damaged":
+            it = item("undecoded", True, ts=ts, offset=piece.offset, data=piece.data,
+                      size_bytes=len(piece.data), reason=piece.reason, problem=True)
+            if piece.header is not None:  # still pair its response
+                key, version, corr = struct.unpack(">hhi", piece.header)
+                it.api_key, it.version, it.correlation_id = key, version, corr
+                a = P.APIS.get(key)
+                it.api = a.name if a else None
+                pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
+            continue
+        frame = _I32.pack(piece.size) + piece.data
+        key = version = corr = None
+        if len(piece.data) >= 8:
+            key, version, corr = P.peek_request_header(piece.data)
+        try:
+            rf = P.decode_request(piece.data, size_prefix=False)
+        except KwireError as exc:
+            a = P.APIS.get(key) if key is not None else None
+            it = item("undecoded", True, ts=ts, offset=piece.offset, data=frame, size_bytes=len(frame),
+                      api=a.name if a else None, api_key=key, version=version, correlation_id=corr,
+                      problem=True, reason=f"request cannot be decoded: {_describe_error(exc)}")
+            if corr is not None:
+                pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
+            continue
+        it = item("request", True, ts=ts, offset=piece.offset, api=rf.api.name, api_key=rf.api.key,
+                  version=rf.version, correlation_id=rf.correlation_id, client_id=rf.client_id,
+                  size_bytes=len(frame), body=rf.body)
+        if rf.api.key == 0 and rf.body.get("acks") == 0:
+            continue  # Produce with acks=0: the broker sends no response
+        pending.setdefault(rf.correlation_id, deque()).append(_Pending(rf.api.key, rf.version, ts, it))
+
+    def unanswered() -> set:
+        return {c for c, q in pending.items() if q}
+
+    for piece in split_frames(down, response_start(unanswered), min_size=MIN_RESPONSE_BYTES):
+        last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
+        ts = down.time_at(last_byte)
+        if piece.kind != "frame":
+            it = item("undecoded", False, ts=down.time_at(piece.offset) if piece.kind == "junk" else ts,
+                      offset=piece.offset, data=piece.data, size_bytes=len(piece.data),
+                      reason=piece.reason, problem=True)
+            if piece.kind == "damaged" and piece.header is not None:
+                corr = _I32.unpack_from(piece.header, 0)[0]
+                q = pending.get(corr)
+                if q:
+                    req = q.popleft()
+                    it.correlation_id, it.api_key, it.version, it.api = corr, req.api_key, req.version, req.item.api
+            continue
+        frame = _I32.pack(piece.size) + piece.data
+        corr = P.peek_correlation_id(piece.data)
+        q = pending.get(corr)
+        req = q.popleft() if q else None
+        common = dict(ts=ts, offset=piece.offset, size_bytes=len(frame), correlation_id=corr)
+        if req is not None and req.ts is not None and ts is not None:
+            common["rtt_ms"] = round((ts - req.ts) * 1000.0, 3)
+        if req is None:
+            item("undecoded", False, data=frame, problem=True, reason=(
+                f"response with correlation id {corr}: no request with that id on this connection "
+                "in the capture, so its api and version are unknown"), **common)
+            continue
+        a = P.APIS.get(req.api_key)
+        if a is None:
+            item("undecoded", False, data=frame, problem=True, api_key=req.api_key, version=req.version,
+                 reason=f"response to a request with api key {req.api_key}, which kwire does not know",
+                 **common)
+            continue
+        try:
+            rf = P.decode_response(a, req.version, piece.data, size_prefix=False)
+        except KwireError as exc:
+            item("undecoded", False, data=frame, problem=True, api=a.name, api_key=a.key,
+                 version=req.version, reason=f"{a.name} v{req.version} response cannot be decoded: "
+                                             f"{_describe_error(exc)}", **common)
+            continue
+        item("response", False, api=a.name, api_key=a.key, version=rf.version, body=rf.body, **common)
+
+    left = sorted((p.item.correlation_id, p.item.api) for qq in pending.values() for p in qq)
+    if left:
+        last_ts = max((i.ts for i in items if i.ts is not None), default=None)
+        shown = ", ".join(f"{api or '?'} #{c}" for c, api in left[:8]) + (" ..." if len(left) > 8 else "")
+        item("note", True, ts=last_ts, problem=False, reason=(
+            f"{len(left)} request(s) without a response in the capture: {shown}"))
+    return items
+
+
+def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detect: bool = True) -> CaptureResult:
+    """Decode every Kafka frame in a capture.
+
+    A connection is Kafka when one end uses one of ``ports`` (that end is the broker), or,
+    with ``auto_detect``, when one direction starts with a plausible request header.
+    """
+    ports = set(int(p) for p in ports)
+    conns, stats, notes = read_segments(path)
+    items: list[Item] = list(notes)
+    stats.update(tcp_connections=len(conns), kafka_connections=0, auto_detected=0, requests=0,
+                 responses=0, undecoded=0, gaps=0, undecoded_bytes=0, ports=sorted(ports),
+                 auto_detect=auto_detect)
+    others: dict = {}
+    found: list[KafkaConnection] = []
+    index = 0
+    for conn in conns:
+        streams = {ep: reassemble(segs, conn.isn.get(ep), closed=ep in conn.closed)
+                   for ep, segs in conn.segments.items()}
+        broker, how = _pick_broker(conn, streams, ports, auto_detect)
+        if broker is None:
+            if conn.has_data:  # for the hint: the server's port (the end the SYN went to)
+                port = conn.other(conn.syn_from)[1] if conn.syn_from else min(conn.a[1], conn.b[1])
+                others[port] = others.get(port, 0) + 1
+            continue
+        index += 1
+        stats["kafka_connections"] += 1
+        stats["auto_detected"] += how == "auto"
+        found.append(KafkaConnection(index, endpoint_text(conn.other(broker)), endpoint_text(broker), how,
+                                     conn.syn_from is not None))
+        items.extend(_decode_connection(conn, index, broker, streams))
+    if not stats["kafka_connections"]:
+        seen = ", ".join(f"{n} on port {p}" for p, n in sorted(others.items())[:10]) or "none with data"
+        items.append(Item("note", problem=True, reason=(
+            f"no Kafka connections found (ports {sorted(ports)}"
+            f"{', auto-detect on' if auto_detect else ''}); TCP connections with data: {seen}"
+            + ("; name the broker's port with --port" if others else ""))))
+    for i in items:
+        if i.kind == "request":
+            stats["requests"] += 1
+        elif i.kind == "response":
+            stats["responses"] += 1
+        elif i.kind == "undecoded":
+            stats["undecoded"] += 1
+            stats["undecoded_bytes"] += len(i.data or b"")
+        elif i.kind == "gap":
+            stats["gaps"] += 1
+    # Stable: equal times keep the per-connection order (notes, gaps, requests, responses).
+    items.sort(key=lambda i: i.ts if i.ts is not None else float("inf"))
+    return CaptureResult(items, stats, found)
+

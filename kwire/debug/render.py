@@ -1,0 +1,564 @@
+"""Decoded frames and trace events, for people and for scripts.
+
+An *event* is a dict (``Item.to_event()`` from a capture, or a live trace event normalised by
+:mod:`kwire.debug.trace`) with: ``kind`` ("request", "response", "undecoded", "gap", "note"),
+``ts`` (epoch seconds), ``client``/``broker`` addresses, ``node_id``, ``to_broker``, ``api``,
+``api_key``, ``version``, ``correlation_id``, ``client_id``, ``size_bytes`` (a frame's bytes on
+the wire, its size prefix included), ``rtt_ms``, ``body``, and for damage ``reason``, ``data``
+and ``offset``.
+
+Text (``format="text"``)::
+
+    HH:MM:SS.ffffff  CLIENT → BROKER  Api vN  corr=C  client_id="x"  SIZE B
+      field: value
+      list:
+        - field: value
+    HH:MM:SS.ffffff  CLIENT ← BROKER  Api vN  corr=C  SIZE B  rtt=R ms
+
+Times are UTC.  On a terminal the same lines are coloured through rich; piped, they are plain.
+JSON (``format="json"``) is one object per event and line, the body through
+:func:`kwire.protocol.api.to_jsonable` (bytes as hex, UUIDs as strings).
+
+Record payloads (``records`` fields: Produce requests, Fetch responses) are summarised --
+batches, records, offset range, bytes, compression -- or, with ``records="full"``, decoded
+record by record (that needs :mod:`kwire.records`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import struct
+import sys
+import uuid
+from typing import Any, TextIO
+
+from .._plan import T_ARRAY, T_RECORDS, T_STRUCT
+from ..errors import KwireError
+from ..protocol import api as P
+from ..protocol.error_codes import BY_CODE
+
+__all__ = ["Renderer", "RecordSet", "format_ts", "hexdump", "summarise_records", "to_json_event"]
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+FORMATS = ("text", "json")
+RECORD_MODES = ("summary", "full")
+TEXT_HEX_LIMIT = 512  # bytes of undecodable data shown in text; JSON carries all of them
+TEXT_BYTES_LIMIT = 32  # bytes of a bytes field shown inline in text
+INLINE_WIDTH = 100  # a struct of scalars this short goes on one line
+COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def format_ts(ts: float | None, *, date: bool = False) -> str | None:
+    """UTC with microseconds: "HH:MM:SS.ffffff", or ISO 8601 with the date and "Z"."""
+    if ts is None:
+        return None if date else "-"
+    # Whole microseconds first: float seconds would print 0.0033 as .003299.
+    t = _EPOCH + _dt.timedelta(microseconds=round(float(ts) * 1_000_000))
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if date else t.strftime("%H:%M:%S.%f")
+
+
+def hexdump(data: bytes, *, indent: str = "", limit: int | None = None) -> list[str]:
+    """Offset, 16 bytes in hex (two groups of 8), and the printable ASCII of each line."""
+    shown = data if limit is None else data[:limit]
+    lines = []
+    for off in range(0, len(shown), 16):
+        chunk = shown[off:off + 16]
+        hx = " ".join(f"{b:02x}" for b in chunk[:8])
+        if len(chunk) > 8:
+            hx += "  " + " ".join(f"{b:02x}" for b in chunk[8:])
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{indent}{off:06x}  {hx:<48}  |{text}|")
+    if len(shown) < len(data):
+        lines.append(f"{indent}... {len(data) - len(shown)} more bytes (all of them in --format json)")
+    return lines
+
+
+# --- record payloads -----------------------------------------------------------------------
+
+class RecordSet(dict):
+    """A records field, summarised (a dict, so JSON takes it as is; text renders it as one line)."""
+
+
+def _iter_batches():
+    try:
+        from ..records import iter_batches
+    except ImportError:
+        return None
+    return iter_batches
+
+
+def _walk_entries(data: bytes) -> tuple[list[dict], int]:
+    """The entries of a record set from their headers alone (no CRC check, no decompression).
+
+    Entry: offset:int64 size:int32 then ``size`` bytes whose 5th (byte 16 of the entry) is the
+    magic.  Magic 2 batch: ... attributes:int16 at 21, lastOffsetDelta:int32 at 23,
+    recordsCount:int32 at 57.  Magic 0/1 message: attributes:int8 at 17.
+    Returns (entries, bytes of a partial entry at the end).
+    """
+    out, pos, n = [], 0, len(data)
+    while pos + 12 <= n:
+        offset, size = struct.unpack_from(">qi", data, pos)
+        if size < 0 or pos + 12 + size > n or size < 5:
+            break
+        magic = data[pos + 16]
+        if magic == 2 and size >= 49:
+            attrs, last_delta = struct.unpack_from(">hi", data, pos + 21)
+            count = struct.unpack_from(">i", data, pos + 57)[0]
+            out.append({"base_offset": offset, "last_offset": offset + last_delta, "magic": 2,
+                        "compression": attrs & 7, "count": count, "control": bool(attrs & 0x20)})
+        else:
+            attrs = data[pos + 17] if size >= 6 else 0
+            out.append({"base_offset": offset, "last_offset": offset, "magic": magic,
+                        "compression": attrs & 7, "count": 1, "control": False})
+        pos += 12 + size
+    return out, n - pos
+
+
+def _codec_name(code) -> str:
+    if isinstance(code, str):
+        return code
+    return COMPRESSION[code] if 0 <= code < len(COMPRESSION) else f"codec-{code}"
+
+
+def summarise_records(data, *, full: bool = False) -> RecordSet | None:
+    """Summary of a record payload: batches, records, first/last offset, bytes, compression.
+
+    Uses kwire.records.iter_batches (which checks CRCs and decompresses) when importable, else
+    reads the batch headers.  ``partial_bytes``: a cut entry at the end (normal in a Fetch
+    response); ``error``: why the payload could not be decoded.  ``full`` adds ``contents``,
+    every batch and record.
+    """
+    if data is None:
+        return None
+    raw = bytes(data)
+    entries, partial = _walk_entries(raw)
+    summary = RecordSet(batches=len(entries), records=sum(e["count"] for e in entries),
+                        first_offset=entries[0]["base_offset"] if entries else None,
+                        last_offset=entries[-1]["last_offset"] if entries else None,
+                        bytes=len(raw),
+                        compression=",".join(sorted({_codec_name(e["compression"]) for e in entries})) or None)
+    if partial:
+        summary["partial_bytes"] = partial
+    iter_batches = _iter_batches()
+    if iter_batches is None:
+        if full:
+            summary["error"] = "full records need kwire.records, which is not available"
+        return summary
+    try:
+        batches = list(iter_batches(raw))
+    except KwireError as exc:
+        pos = getattr(exc, "position", None)
+        summary["error"] = f"{exc}" + (f" (at byte {pos})" if pos is not None else "")
+        return summary
+    summary.update(batches=len(batches), records=sum(len(b.records) for b in batches),
+                   first_offset=batches[0].base_offset if batches else None,
+                   last_offset=batches[-1].last_offset if batches else None,
+                   compression=",".join(sorted({_codec_name(b.compression) for b in batches})) or None)
+    if full:
+        summary["contents"] = [{
+            "base_offset": b.base_offset, "last_offset": b.last_offset, "magic": b.magic,
+            "compression": _codec_name(b.compression), "producer_id": b.producer_id,
+            "producer_epoch": b.producer_epoch, "base_sequence": b.base_sequence,
+            "is_transactional": bool(b.is_transactional), "is_control": bool(b.is_control),
+            "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value,
+                         "headers": [[k, v] for k, v in r.headers]} for r in b.records],
+        } for b in batches]
+    return summary
+
+
+def _plan_for(event: dict):
+    try:
+        a = P.api(event["api_key"] if event.get("api_key") is not None else event["api"])
+        if event.get("kind") == "request":
+            return P.request_plan(a, event["version"])
+        return P.response_plan(a, event["version"])
+    except (KwireError, KeyError, TypeError):
+        return None
+
+
+def _with_records(value: Any, plan, full: bool) -> Any:
+    """A copy of a decoded body whose records fields (found through the message's plan) are
+    replaced by their RecordSet summaries."""
+    ops, tagged, _ = plan
+    out = dict(value)
+    for op in (*ops, *tagged):
+        code, name, sub = op[0], op[1], op[4]
+        v = out.get(name)
+        if v is None:
+            continue
+        if code == T_RECORDS and isinstance(v, _BYTES):
+            out[name] = summarise_records(v, full=full)
+        elif code == T_STRUCT and isinstance(v, dict):
+            out[name] = _with_records(v, sub, full)
+        elif code == T_ARRAY and sub[0] == T_STRUCT and isinstance(v, list):
+            out[name] = [_with_records(e, sub[4], full) if isinstance(e, dict) else e for e in v]
+    return out
+
+
+def _with_records_by_name(value: Any, full: bool) -> Any:
+    """The same without a plan (an event whose api/version kwire does not know)."""
+    if isinstance(value, dict):
+        return {k: (summarise_records(v, full=full) if k == "records" and isinstance(v, _BYTES)
+                    else _with_records_by_name(v, full)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_records_by_name(v, full) for v in value]
+    return value
+
+
+def prepare_body(event: dict, records: str = "summary") -> Any:
+    body = event.get("body")
+    if not isinstance(body, dict):
+        return body
+    plan = _plan_for(event)
+    full = records == "full"
+    return _with_records(body, plan, full) if plan is not None else _with_records_by_name(body, full)
+
+
+class Embedded:
+    """Bytes that hold a consumer-protocol payload, decoded for the text view (JSON keeps the
+    bytes as hex: the exact wire content)."""
+
+    def __init__(self, label: str, raw: bytes, value: dict):
+        self.label, self.raw, self.value = label, raw, value
+
+
+def _consumer_payloads(event: dict, body: dict) -> dict:
+    """JoinGroup's subscriptions and SyncGroup's assignments, when the group speaks the
+    "consumer" protocol (or does not say: older versions carry no protocol_type)."""
+    key, kind = event.get("api_key"), event.get("kind")
+    if key not in (11, 14) or body.get("protocol_type", "consumer") not in ("consumer", None):
+        return body
+
+    def decode(raw, subscription: bool):
+        if not isinstance(raw, (bytes, bytearray, memoryview)) or not raw:
+            return raw
+        try:
+            version, value = (P.decode_subscription if subscription else P.decode_assignment)(raw)
+        except KwireError:
+            return raw
+        return Embedded(f"consumer {'subscription' if subscription else 'assignment'} v{version}",
+                        bytes(raw), value)
+
+    def each(items, field: str, subscription: bool):
+        return [({**e, field: decode(e.get(field), subscription)} if isinstance(e, dict) else e)
+                for e in items or []]
+
+    out = dict(body)
+    if key == 11 and kind == "request" and "protocols" in out:
+        out["protocols"] = each(out["protocols"], "metadata", True)
+    elif key == 11 and "members" in out:
+        out["members"] = each(out["members"], "metadata", True)
+    elif key == 14 and kind == "request" and "assignments" in out:
+        out["assignments"] = each(out["assignments"], "assignment", False)
+    elif key == 14 and "assignment" in out:
+        out["assignment"] = decode(out["assignment"], False)
+    return out
+
+
+def _record_problems(value: Any) -> list[str]:
+    found = []
+    if isinstance(value, RecordSet):
+        if "error" in value:
+            found.append(value["error"])
+    elif isinstance(value, dict):
+        for v in value.values():
+            found.extend(_record_problems(v))
+    elif isinstance(value, list):
+        for v in value:
+            found.extend(_record_problems(v))
+    return found
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+def _direction(event: dict) -> str | None:
+    tb = event.get("to_broker")
+    return None if tb is None else ("client->broker" if tb else "broker->client")
+
+
+def to_json_event(event: dict, records: str = "summary", body: Any = None) -> dict:
+    """The JSON object for one event (keys in a fixed order)."""
+    kind = event.get("kind")
+    out = {
+        "time": format_ts(event.get("ts"), date=True), "ts": event.get("ts"), "kind": kind,
+        "direction": _direction(event), "client": event.get("client"), "broker": event.get("broker"),
+        "node_id": event.get("node_id"), "connection": event.get("connection"),
+        "api": event.get("api"), "api_key": event.get("api_key"), "version": event.get("version"),
+        "correlation_id": event.get("correlation_id"), "size_bytes": event.get("size_bytes"),
+        "rtt_ms": event.get("rtt_ms"),
+    }
+    if kind == "request":
+        out["client_id"] = event.get("client_id")
+    if kind in ("request", "response"):
+        out["body"] = P.to_jsonable(prepare_body(event, records) if body is None else body)
+    else:
+        out["reason"] = event.get("reason")
+        out["offset"] = event.get("offset")
+        if event.get("data") is not None:
+            out["hex"] = bytes(event["data"]).hex()
+    return out
+
+
+# --- text --------------------------------------------------------------------------------------
+
+def _bytes_text(b) -> str:
+    b = bytes(b)
+    if not b:
+        return '<0 bytes>'
+    hx = b[:TEXT_BYTES_LIMIT].hex()
+    return f"<{len(b)} bytes> {hx}" + ("..." if len(b) > TEXT_BYTES_LIMIT else "")
+
+
+def _data_text(b) -> str:
+    """A record key/value/header: a string when it is printable UTF-8, else hex."""
+    if b is None:
+        return "null"
+    b = bytes(b)
+    try:
+        s = b.decode("utf-8")
+    except UnicodeDecodeError:
+        return _bytes_text(b)
+    if s.isprintable():
+        return json.dumps(s, ensure_ascii=False)
+    return _bytes_text(b)
+
+
+def _scalar(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return _bytes_text(v)
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return str(v)
+
+
+def _plural(n, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _records_line(rs: RecordSet) -> str:
+    if rs["bytes"] == 0:
+        return "empty (0 B)"
+    parts = [_plural(rs["batches"], "batch", "batches"), _plural(rs["records"], "record")]
+    if rs.get("first_offset") is not None:
+        parts.append(f"offsets {rs['first_offset']}-{rs['last_offset']}")
+    parts.append(f"{rs['bytes']} B")
+    if rs.get("compression"):
+        parts.append(rs["compression"])
+    if rs.get("partial_bytes"):
+        parts.append(f"{rs['partial_bytes']} B partial batch at the end")
+    if rs.get("error"):
+        parts.append(f"CANNOT DECODE: {rs['error']}")
+    return ", ".join(parts)
+
+
+def _records_lines(rs: RecordSet, pad: str) -> list[str]:
+    out = []
+    for b in rs.get("contents", ()):
+        flags = [b["compression"]]
+        if b["is_transactional"]:
+            flags.append("transactional")
+        if b["is_control"]:
+            flags.append("control")
+        out.append(f"{pad}batch offsets {b['base_offset']}-{b['last_offset']}, "
+                   f"{_plural(len(b['records']), 'record')}, {', '.join(flags)}, producer {b['producer_id']}")
+        for r in b["records"]:
+            line = (f"{pad}  offset {r['offset']}  ts {format_ts(r['timestamp'] / 1000.0, date=True)}"
+                    f"  key {_data_text(r['key'])}  value {_data_text(r['value'])}")
+            if r["headers"]:
+                line += "  headers " + ", ".join(f"{json.dumps(k, ensure_ascii=False)}={_data_text(v)}"
+                                                 for k, v in r["headers"])
+            out.append(line)
+    return out
+
+
+def _is_scalar(v: Any) -> bool:
+    return not isinstance(v, (dict, list, Embedded)) or isinstance(v, RecordSet)
+
+
+def tree_lines(value: Any, indent: int = 2) -> list[str]:
+    """A decoded body as an indented tree, one field per line."""
+    pad = " " * indent
+    out: list[str] = []
+    if not isinstance(value, dict):
+        return [pad + _scalar(value)]
+    for k, v in value.items():
+        out.extend(_field_lines(str(k), v, indent))
+    return out
+
+
+def _inline(v: dict) -> str | None:
+    """A small struct of scalars on one line: ``{epoch: -1, end_offset: -1}``."""
+    if not all(_is_scalar(x) and not isinstance(x, RecordSet) for x in v.values()):
+        return None
+    text = "{" + ", ".join(f"{k}: {_scalar(x)}" for k, x in v.items()) + "}"
+    return text if len(text) <= INLINE_WIDTH else None
+
+
+def _field_lines(k: str, v: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    if isinstance(v, RecordSet):
+        return [f"{pad}{k}: {_records_line(v)}", *_records_lines(v, pad + "  ")]
+    if isinstance(v, Embedded):
+        return [f"{pad}{k}: <{len(v.raw)} bytes> {v.label}", *tree_lines(v.value, indent + 2)]
+    if isinstance(v, dict):
+        inline = _inline(v)
+        return [f"{pad}{k}: {inline}"] if inline is not None else [f"{pad}{k}:", *tree_lines(v, indent + 2)]
+    if isinstance(v, list):
+        if not v:
+            return [f"{pad}{k}: []"]
+        if all(_is_scalar(e) and not isinstance(e, RecordSet) for e in v):
+            return [f"{pad}{k}: [{', '.join(_scalar(e) for e in v)}]"]
+        lines = [f"{pad}{k}:"]
+        for e in v:
+            inline = _inline(e) if isinstance(e, dict) else None
+            if inline is not None:
+                lines.append(f"{pad}  - {inline}")
+                continue
+            sub = tree_lines(e, indent + 4) if isinstance(e, dict) else [" " * (indent + 4) + _scalar(e)]
+            if not sub:
+                lines.append(f"{pad}  - {{}}")
+                continue
+            lines.append(f"{pad}  - " + sub[0][indent + 4:])
+            lines.extend(sub[1:])
+        return lines
+    if k == "error_code" and isinstance(v, int) and v != 0:  # name the error, as people look it up
+        entry = BY_CODE.get(v)
+        return [f"{pad}{k}: {v} ({entry[1] if entry else 'unknown error code'})"]
+    return [f"{pad}{k}: {_scalar(v)}"]
+
+
+def _route(event: dict) -> str:
+    """"client → broker" (a request) or "client ← broker"; a live trace knows only the broker."""
+    client, broker, node = event.get("client"), event.get("broker"), event.get("node_id")
+    tb = event.get("to_broker")
+    if tb is None and not (client or broker or node is not None):
+        return ""
+    arrow = "→" if tb else "←" if tb is not None else "-"
+    target = " ".join(x for x in (f"node {node}" if node is not None else "", broker or "") if x)
+    return " ".join(x for x in (client, arrow, target) if x)
+
+
+def header_line(event: dict) -> str:
+    kind = event.get("kind")
+    parts = [format_ts(event["ts"])] if event.get("ts") is not None else []
+    route = _route(event)
+    if route:
+        parts.append(route)
+    if kind in ("request", "response"):
+        parts.append(f"{event.get('api')} v{event.get('version')}")
+        parts.append(f"corr={event.get('correlation_id')}")
+        if kind == "request" and event.get("client_id") is not None:
+            parts.append(f"client_id={json.dumps(event['client_id'], ensure_ascii=False)}")
+    elif kind == "undecoded":
+        label = "UNDECODED"
+        if event.get("api") or event.get("api_key") is not None:
+            label += f" {event.get('api') or 'api ' + str(event.get('api_key'))} v{event.get('version')}"
+        parts.append(label)
+        if event.get("correlation_id") is not None:
+            parts.append(f"corr={event['correlation_id']}")
+    elif kind == "gap":
+        parts.append("GAP")
+    else:
+        parts.append("NOTE")
+    if event.get("size_bytes") is not None and kind != "gap":
+        parts.append(f"{event['size_bytes']} B")
+    if event.get("rtt_ms") is not None:
+        parts.append(f"rtt={event['rtt_ms']:.3f} ms")
+    if event.get("offset") is not None and kind == "undecoded":
+        parts.append(f"at stream offset {event['offset']}")
+    return "  ".join(parts)
+
+
+def text_lines(event: dict, records: str = "summary", body: Any = None) -> list[str]:
+    """The text rendering of one event, as lines (no trailing newline)."""
+    kind = event.get("kind")
+    lines = [header_line(event)]
+    if kind in ("request", "response"):
+        b = prepare_body(event, records) if body is None else body
+        if isinstance(b, dict):
+            b = _consumer_payloads(event, b)
+        lines.extend(tree_lines(b) if isinstance(b, dict) else ([] if b is None else ["  " + _scalar(b)]))
+    else:
+        if event.get("reason"):
+            lines.append(f"  {'why' if kind == 'undecoded' else 'what'}: {event['reason']}")
+        if event.get("data") is not None:
+            lines.extend(hexdump(bytes(event["data"]), indent="    ", limit=TEXT_HEX_LIMIT))
+    return lines
+
+
+# --- the renderer --------------------------------------------------------------------------------
+
+class Renderer:
+    """Writes events to a stream in one format; counts what it could not decode.
+
+    ``color``: None = rich colours when ``stream`` is a terminal (text only), True/False to force.
+    ``problems`` counts record payloads that failed to decode (frames that failed are the
+    capture decoder's to count).
+    """
+
+    def __init__(self, format: str = "text", records: str = "summary", *, stream: TextIO | None = None,
+                 color: bool | None = None):
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
+        if records not in RECORD_MODES:
+            raise ValueError(f"records must be one of {RECORD_MODES}, not {records!r}")
+        self.format = format
+        self.records = records
+        self.stream = stream if stream is not None else sys.stdout
+        if color is None:
+            isatty = getattr(self.stream, "isatty", None)
+            color = bool(isatty and isatty())
+        self.color = color and format == "text"
+        self._console = None
+        self.problems = 0
+        self.problem_notes: list[str] = []
+
+    def render(self, event: dict) -> str:
+        """The event as text (lines joined by newlines) or as one JSON line, without the
+        final newline."""
+        body = None
+        if event.get("kind") in ("request", "response"):
+            body = prepare_body(event, self.records)
+            found = _record_problems(body)
+            if found:
+                self.problems += len(found)
+                self.problem_notes.extend(found)
+        if self.format == "json":
+            return json.dumps(to_json_event(event, self.records, body), ensure_ascii=False,
+                              separators=(", ", ": "))
+        return "\n".join(text_lines(event, self.records, body))
+
+    def write(self, event: dict) -> None:
+        text = self.render(event)
+        if not self.color:
+            self.stream.write(text + "\n")
+            return
+        self._rich_print(event, text)
+
+    def _rich_print(self, event: dict, text: str) -> None:
+        from rich.console import Console
+        from rich.highlighter import ReprHighlighter
+        from rich.text import Text
+
+        if self._console is None:
+            self._console = Console(file=self.stream, force_terminal=True, highlight=False, soft_wrap=True)
+            self._highlight = ReprHighlighter()
+        head, *rest = text.split("\n")
+        kind = event.get("kind")
+        style = {"request": "bold cyan", "response": "bold green", "undecoded": "bold red",
+                 "gap": "bold red", "note": "yellow"}.get(kind, "")
+        self._console.print(Text(head, style=style))
+        for line in rest:
+            self._console.print(self._highlight(Text(line)))
+
+    def flush(self) -> None:
+        flush = getattr(self.stream, "flush", None)
+        if flush:
+            flush()

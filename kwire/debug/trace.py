@@ -1,0 +1,128 @@
+"""Live protocol traces: every frame a :class:`~kwire.net.client.NetworkClient` sends or receives.
+
+::
+
+    from kwire.debug.trace import make_tracer
+    client = NetworkClient(config, tracer=make_tracer())              # text on stderr
+    client = NetworkClient(config, tracer=make_tracer("json", stream=open("trace.jsonl", "w")))
+
+    # or through logging: rendered frames go to the "kwire.protocol.trace" logger at DEBUG
+    client = NetworkClient(config, tracer=make_tracer(logger="kwire.protocol.trace"))
+    enable_protocol_log()   # a stderr handler on that logger, level DEBUG
+
+The network client calls the tracer with a dict per frame: ``direction`` ("send"/"recv"),
+``node_id``, ``address``, ``api`` (name), ``api_key``, ``version``, ``correlation_id``,
+``size_bytes``, ``rtt_ms`` (responses) and ``body``.  :func:`normalize_event` turns it into the
+event shape render.py shares with decoded captures.  (The network client also writes a one-line
+summary of each frame to the ``kwire.protocol`` logger at DEBUG by itself; the rendered frames
+go to its child ``kwire.protocol.trace`` so the two can be routed apart.)
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any, Callable, TextIO
+
+from ..errors import KwireError
+from ..protocol import api as P
+from .render import Renderer, to_json_event
+
+__all__ = ["TRACE_LOGGER", "enable_protocol_log", "make_tracer", "normalize_event"]
+
+TRACE_LOGGER = "kwire.protocol.trace"
+_SEND = frozenset({"send", "sent", "request", "out", "tx", "->"})
+
+
+def _address(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (tuple, list)) and len(value) >= 2:
+        host, port = value[0], value[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(value)
+
+
+def normalize_event(event: dict) -> dict:
+    """A NetworkClient trace event in render.py's event shape."""
+    to_broker = str(event.get("direction", "")).lower() in _SEND
+    api, key = event.get("api"), event.get("api_key")
+    if isinstance(api, P.Api):
+        api, key = api.name, api.key
+    elif isinstance(api, int):
+        key = api
+        found = P.APIS.get(api)
+        api = found.name if found else f"api {api}"
+    elif key is None and api is not None:
+        try:
+            key = P.api(api).key
+        except KwireError:
+            key = None
+    ts = event.get("ts")
+    if ts is None:
+        ts = event.get("time")
+    if not isinstance(ts, (int, float)):
+        ts = time.time()
+    return {
+        "kind": "request" if to_broker else "response", "ts": ts, "client": None,
+        "broker": _address(event.get("address")), "node_id": event.get("node_id"), "to_broker": to_broker,
+        "connection": None, "api": api, "api_key": key, "version": event.get("version"),
+        "correlation_id": event.get("correlation_id"),
+        "client_id": event.get("client_id"), "size_bytes": event.get("size_bytes"),
+        "rtt_ms": event.get("rtt_ms"), "body": event.get("body"),
+        "reason": None, "data": None, "offset": None,
+    }
+
+
+def make_tracer(format: str = "text", stream: TextIO | None = None, records: str = "summary", *,
+                logger: str | logging.Logger | None = None, level: int = logging.DEBUG,
+                color: bool | None = None) -> Callable[[dict], None]:
+    """A callable for ``NetworkClient(tracer=...)`` that renders every frame.
+
+    ``format`` "text" (for people) or "json" (one object per line); ``records`` "summary" or
+    "full" for record payloads.  Frames go to ``stream`` (default ``sys.stderr``, looked up at
+    each call so test harnesses that swap it see them), or, when ``logger`` is given (a name or
+    a Logger), to that logger at ``level`` -- rendered only when the logger is enabled for it --
+    with the JSON form of the event in the record's ``kwire_event`` attribute.
+    """
+    lock = threading.Lock()  # one frame's lines stay together when several clients share a stream
+    if logger is not None:
+        log = logging.getLogger(logger) if isinstance(logger, str) else logger
+        renderer = Renderer(format, records, stream=sys.stderr, color=False)
+
+        def log_tracer(event: dict) -> None:
+            if not log.isEnabledFor(level):
+                return
+            ev = normalize_event(event)
+            with lock:
+                text = renderer.render(ev)
+            log.log(level, "%s", text, extra={"kwire_event": to_json_event(ev, records)})
+
+        return log_tracer
+
+    renderers: dict[int, Renderer] = {}
+
+    def tracer(event: dict) -> None:
+        out = stream if stream is not None else sys.stderr
+        ev = normalize_event(event)
+        with lock:
+            r = renderers.get(id(out))
+            if r is None or r.stream is not out:
+                r = renderers[id(out)] = Renderer(format, records, stream=out, color=color)
+            r.write(ev)
+            r.flush()
+
+    return tracer
+
+
+def enable_protocol_log(stream: TextIO | None = None, *, level: int = logging.DEBUG,
+                        name: str = TRACE_LOGGER) -> logging.Handler:
+    """Attach a plain ``%(message)s`` stream handler (default stderr) to the trace logger and
+    enable it at ``level``; returns the handler (remove it with ``logger.removeHandler``)."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger(name)
+    log.addHandler(handler)
+    log.setLevel(level)
+    return handler
