@@ -142,28 +142,39 @@ cdef inline str rd_str_n(Cursor* c, Py_ssize_t n):
 # value would cost a PyErr_Occurred() call in the hot loop.
 
 cdef inline int rd_zz32_to(Cursor* c, int32_t* out) except -1:
-    # Zigzag varint (32-bit); one-byte values (the common case) skip the general reader.
-    cdef uint8_t b
-    if c.pos < c.end:
-        b = c.buf[c.pos]
-        if b < 0x80:
-            c.pos += 1
-            out[0] = <int32_t>(b >> 1) ^ -(<int32_t>(b & 1))
-            return 0
-    out[0] = rd_varint(c)
+    # Zigzag varint (32-bit).  One- and two-byte values (lengths < 64 / < 8192, the common
+    # case in records) are decoded inline; longer ones go through the general reader.
+    cdef uint32_t v
+    cdef const uint8_t* p = c.buf + c.pos
+    cdef Py_ssize_t left = c.end - c.pos
+    if left >= 1 and p[0] < 0x80:
+        c.pos += 1
+        v = p[0]
+    elif left >= 2 and p[1] < 0x80:
+        c.pos += 2
+        v = (<uint32_t>(p[0] & 0x7F)) | (<uint32_t>p[1] << 7)
+    else:
+        out[0] = rd_varint(c)
+        return 0
+    out[0] = <int32_t>(v >> 1) ^ -(<int32_t>(v & 1))
     return 0
 
 
 cdef inline int rd_zz64_to(Cursor* c, int64_t* out) except -1:
-    # Zigzag varlong (64-bit), same one-byte fast path.
-    cdef uint8_t b
-    if c.pos < c.end:
-        b = c.buf[c.pos]
-        if b < 0x80:
-            c.pos += 1
-            out[0] = <int64_t>(b >> 1) ^ -(<int64_t>(b & 1))
-            return 0
-    out[0] = rd_varlong(c)
+    # Zigzag varlong (64-bit), same inline one- and two-byte paths.
+    cdef uint64_t v
+    cdef const uint8_t* p = c.buf + c.pos
+    cdef Py_ssize_t left = c.end - c.pos
+    if left >= 1 and p[0] < 0x80:
+        c.pos += 1
+        v = p[0]
+    elif left >= 2 and p[1] < 0x80:
+        c.pos += 2
+        v = (<uint64_t>(p[0] & 0x7F)) | (<uint64_t>p[1] << 7)
+    else:
+        out[0] = rd_varlong(c)
+        return 0
+    out[0] = <int64_t>(v >> 1) ^ -(<int64_t>(v & 1))
     return 0
 
 

@@ -1,0 +1,66 @@
+"""Benchmark helpers: records/s bookkeeping and a ratio table at the end of the run.
+
+    pytest bench/ -p no:cacheprovider          (pytest-benchmark prints its own table too)
+"""
+from __future__ import annotations
+
+import pytest
+
+RESULTS: dict[str, float] = {}   # name -> items per second (best round)
+SECONDS: dict[str, float] = {}   # name -> best round, seconds
+
+
+@pytest.fixture
+def report(benchmark):
+    """report(name, items, unit="records"): store items/s of the finished benchmark."""
+    def _report(name, items, unit="records"):
+        stats = getattr(benchmark, "stats", None)
+        if stats is None:                      # --benchmark-disable
+            return
+        best = stats.stats.min
+        RESULTS[name] = items / best
+        SECONDS[name] = best
+        benchmark.extra_info[f"{unit}_per_s"] = round(items / best)
+        benchmark.extra_info["items"] = items
+    return _report
+
+
+def _ratio(a, b):
+    if a in RESULTS and b in RESULTS:
+        return f"{RESULTS[a] / RESULTS[b]:6.2f}x"
+    return "   n/a"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not RESULTS:
+        return
+    w = terminalreporter.write_line
+    w("")
+    w("kwire record-layer benchmarks (best round)")
+    for name in sorted(RESULTS):
+        unit = "GB/s" if name.startswith("crc32c") else "M rec/s"
+        value = RESULTS[name] / 1e9 if unit == "GB/s" else RESULTS[name] / 1e6
+        w(f"  {name:44s} {value:8.2f} {unit}")
+    w("")
+    w("ratios (records/s, higher is better for kwire)")
+    rows = [
+        ("kwire cython vs aiokafka (both check CRCs)", "records/kwire-cython", "records/aiokafka"),
+        ("kwire cython vs aiokafka (no CRC checks)", "records-nocrc/kwire-cython", "records-nocrc/aiokafka"),
+        ("kwire cython vs kafka-python (CRCs)", "records/kwire-cython", "records/kafka-python"),
+        ("kwire cython vs kwire pure", "records/kwire-cython", "records/kwire-pure"),
+        ("decode_columns (1 MiB chunks) vs iter_records", "columns-chunks/kwire-cython", "records/kwire-cython"),
+    ]
+    for label, a, b in rows:
+        w(f"  {label:52s} {_ratio(a, b)}")
+    w("")
+    w("compressed batches: kwire time / bare decompression time of the same payloads")
+    for codec in ("lz4", "zstd"):
+        bare = SECONDS.get(f"bare-decompress/{codec}")
+        plain = SECONDS.get("records/kwire-cython")
+        plain_cols = SECONDS.get("columns-whole/kwire-cython")
+        for api, key, base in (("iter_records", f"records-{codec}/kwire-cython", plain),
+                               ("decode_columns", f"columns-{codec}/kwire-cython", plain_cols)):
+            t = SECONDS.get(key)
+            if bare and t:
+                extra = f"   (minus uncompressed decode: {(t - base) / bare:4.2f}x)" if base else ""
+                w(f"  {codec:4s} {api:14s} {t / bare:6.2f}x{extra}")

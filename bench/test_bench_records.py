@@ -1,0 +1,214 @@
+"""Record decoding throughput: kwire (compiled and pure) against kafka-python and aiokafka.
+
+Workload: 1M records of an 8-byte key, a 100-byte JSON-ish value and one header
+(``trace-id`` -> 16 bytes), in v2 batches of 1000 records (~145 KB each, about what a
+producer with batch.size=128k..256k writes).  Every decoder consumes every record object;
+``records/s`` lands in ``benchmark.extra_info`` and in the summary table (bench/conftest.py).
+
+Peers that are slow decode fewer records (the same per-record reporting).  Consumers check
+CRCs by default (check.crcs=true), so the headline numbers do too; the *-nocrc rows leave
+them out on both sides.
+"""
+from __future__ import annotations
+
+import collections
+import random
+
+import cramjam
+import pytest
+from crc32c import crc32c
+
+from kwire.errors import KwireError  # noqa: F401,I001  (imported before kwire._codec: import cycle)
+from kwire import _codec, _pycodec
+
+PER_BATCH = 1000
+N_BATCHES = 1000
+TOTAL = PER_BATCH * N_BATCHES
+SLOW_BATCHES = 50                       # pure twin and kafka-python: 50k records
+
+_consume = collections.deque
+
+
+def _records(seed=7):
+    rng = random.Random(seed)
+    out = []
+    for i in range(PER_BATCH):
+        v = b'{"id":%08d,"user":"u%05d","amount":%6d.%02d,"currency":"EUR","ts":%13d,"note":"' % (
+            i, rng.randrange(100000), rng.randrange(1000000), rng.randrange(100), 1_700_000_000_000 + i)
+        v = (v + bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz ") for _ in range(100)))[:99] + b"}"
+        out.append((b"k%07d" % rng.randrange(10_000_000), v,
+                    [("trace-id", b"%016x" % rng.getrandbits(64))], 1_700_000_000_000 + i))
+    return out
+
+
+_CORPUS = {}
+
+
+def corpus(compression="none"):
+    """(all batches concatenated, list of batches) for 1M records."""
+    if compression not in _CORPUS:
+        recs = _records()
+        batches = [_codec.build_batch(recs, i * PER_BATCH, compression) for i in range(N_BATCHES)]
+        _CORPUS[compression] = (b"".join(batches), batches)
+    return _CORPUS[compression]
+
+
+def fetch_chunks(batches, size=1 << 20):
+    """Group batches into ~1 MiB Fetch-response-sized buffers."""
+    chunks, cur, n = [], [], 0
+    for b in batches:
+        cur.append(b)
+        n += len(b)
+        if n >= size:
+            chunks.append(b"".join(cur))
+            cur, n = [], 0
+    if cur:
+        chunks.append(b"".join(cur))
+    return chunks
+
+
+# --- Record objects -------------------------------------------------------------------------
+
+def _kwire(codec, data, check_crc=True):
+    _consume(codec.iter_records(data, check_crc), maxlen=0)
+
+
+def _aiokafka(data, check_crc=True):
+    from aiokafka.record.memory_records import MemoryRecords
+
+    records = MemoryRecords(data)
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return
+        if check_crc and not batch.validate_crc():
+            raise ValueError("crc")
+        _consume(batch, maxlen=0)
+
+
+def _kafka_python(data, check_crc=True):
+    from kafka.record.memory_records import MemoryRecords
+
+    records = MemoryRecords(data)
+    while True:
+        batch = records.next_batch()
+        if batch is None:
+            return
+        if check_crc and not batch.validate_crc():
+            raise ValueError("crc")
+        _consume(batch, maxlen=0)
+
+
+def test_records_kwire_cython(benchmark, report):
+    data, _ = corpus()
+    benchmark.pedantic(_kwire, (_codec, data), rounds=10, warmup_rounds=1)
+    report("records/kwire-cython", TOTAL)
+
+
+def test_records_kwire_cython_nocrc(benchmark, report):
+    data, _ = corpus()
+    benchmark.pedantic(_kwire, (_codec, data, False), rounds=10, warmup_rounds=1)
+    report("records-nocrc/kwire-cython", TOTAL)
+
+
+def test_records_kwire_pure(benchmark, report):
+    _, batches = corpus()
+    data = b"".join(batches[:SLOW_BATCHES])
+    benchmark.pedantic(_kwire, (_pycodec, data), rounds=3, warmup_rounds=1)
+    report("records/kwire-pure", SLOW_BATCHES * PER_BATCH)
+
+
+def test_records_aiokafka(benchmark, report):
+    data, _ = corpus()
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    assert DefaultRecordBatch.__module__.startswith("aiokafka.record._crecords"), "want aiokafka's Cython reader"
+    benchmark.pedantic(_aiokafka, (data,), rounds=10, warmup_rounds=1)
+    report("records/aiokafka", TOTAL)
+
+
+def test_records_aiokafka_nocrc(benchmark, report):
+    data, _ = corpus()
+    benchmark.pedantic(_aiokafka, (data, False), rounds=10, warmup_rounds=1)
+    report("records-nocrc/aiokafka", TOTAL)
+
+
+def test_records_kafka_python(benchmark, report):
+    _, batches = corpus()
+    data = b"".join(batches[:SLOW_BATCHES])
+    benchmark.pedantic(_kafka_python, (data,), rounds=3, warmup_rounds=1)
+    report("records/kafka-python", SLOW_BATCHES * PER_BATCH)
+
+
+# --- compressed batches vs bare decompression ---------------------------------------------------
+
+_BARE = {"lz4": cramjam.lz4.decompress, "zstd": cramjam.zstd.decompress}
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_bare_decompress(benchmark, report, compression):
+    _, batches = corpus(compression)
+    payloads = [b[61:] for b in batches]          # each batch's compressed records section
+    benchmark.pedantic(lambda: _consume(map(_BARE[compression], payloads), maxlen=0),
+                       rounds=10, warmup_rounds=1)
+    report(f"bare-decompress/{compression}", TOTAL)
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_records_compressed(benchmark, report, compression):
+    data, _ = corpus(compression)
+    benchmark.pedantic(_kwire, (_codec, data), rounds=10, warmup_rounds=1)
+    report(f"records-{compression}/kwire-cython", TOTAL)
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_columns_compressed(benchmark, report, compression):
+    data, _ = corpus(compression)
+    benchmark.pedantic(_codec.decode_columns, (data,), rounds=10, warmup_rounds=1)
+    report(f"columns-{compression}/kwire-cython", TOTAL)
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_records_compressed_aiokafka(benchmark, report, compression):
+    data, _ = corpus(compression)
+    benchmark.pedantic(_aiokafka, (data,), rounds=3, warmup_rounds=1)
+    report(f"records-{compression}/aiokafka", TOTAL)
+
+
+# --- CRC and columns ------------------------------------------------------------------------
+
+def test_crc32c_throughput(benchmark, report):
+    data, _ = corpus()
+    benchmark.pedantic(crc32c, (data,), rounds=10, warmup_rounds=1)
+    report("crc32c", len(data), unit="bytes")
+
+
+def test_columns_whole_buffer(benchmark, report):
+    data, _ = corpus()
+    benchmark.pedantic(_codec.decode_columns, (data,), rounds=10, warmup_rounds=1)
+    report("columns-whole/kwire-cython", TOTAL)
+
+
+def test_columns_fetch_chunks(benchmark, report):
+    # what a consumer does: one decode per ~1 MiB partition response, results dropped
+    chunks = fetch_chunks(corpus()[1])
+    benchmark.pedantic(lambda: _consume(map(_codec.decode_columns, chunks), maxlen=0),
+                       rounds=10, warmup_rounds=1)
+    report("columns-chunks/kwire-cython", TOTAL)
+
+
+def test_columns_fetch_chunks_nocrc(benchmark, report):
+    chunks = fetch_chunks(corpus()[1])
+    benchmark.pedantic(lambda: _consume((_codec.decode_columns(c, False) for c in chunks), maxlen=0),
+                       rounds=10, warmup_rounds=1)
+    report("columns-chunks-nocrc/kwire-cython", TOTAL)
+
+
+def test_columns_to_arrow(benchmark, report):
+    pytest.importorskip("pyarrow")
+    from kwire.records import to_arrow
+
+    chunks = fetch_chunks(corpus()[1])
+    benchmark.pedantic(lambda: _consume((to_arrow(_codec.decode_columns(c)) for c in chunks), maxlen=0),
+                       rounds=3, warmup_rounds=1)
+    report("columns-to-arrow/kwire-cython", TOTAL)

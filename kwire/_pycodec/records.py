@@ -1,0 +1,1015 @@
+"""Record batches (magic 2) and legacy message sets (magic 0/1): the pure-Python reference.
+
+The compiled twin is kwire/_records.pxi (in kwire._codec).  Both have the same API and make
+the same checks in the same order, so for any input they return equal values or raise the
+same error class at the same position.  Keep them in step.
+
+A Fetch response's record set is a concatenation of entries, each framed the same way::
+
+    offset int64 | size int32 (bytes that follow) | ...   (byte 16 is the magic in every format)
+
+Record batch, magic 2 (KIP-98)::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (2)
+    crc uint32 (CRC-32C of attributes..end) | attributes int16 | lastOffsetDelta int32
+    baseTimestamp int64 | maxTimestamp int64 | producerId int64 | producerEpoch int16
+    baseSequence int32 | recordsCount int32 | records (one compressed block if codec != 0)
+
+    attributes: bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), bit 3 timestamp
+    type (LogAppendTime: every record's timestamp is maxTimestamp), bit 4 transactional,
+    bit 5 control.
+
+    record: length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+            keyLength varint | key | valueLength varint | value | headerCount varint
+            [headerKeyLength varint | key (utf-8) | headerValueLength varint | value]
+    (zigzag varints; length -1 means null)
+
+Legacy message, magic 0/1::
+
+    offset int64 | messageSize int32 | crc uint32 (CRC-32 of magic..end) | magic int8
+    attributes int8 | [timestamp int64, magic 1] | keyLength int32 | key | valueLength int32 | value
+
+    A compressed message wraps a compressed message set of inner messages; magic 1 inner
+    offsets are relative: absolute = wrapper offset - last inner offset + inner offset.
+
+A truncated entry at the end of the buffer is normal (Fetch responses are cut at max bytes)
+and is skipped; anything wrong inside a complete entry raises CorruptRecordError
+(UnsupportedCompressionError for an unknown codec) with the input position.
+"""
+from __future__ import annotations
+
+import operator
+import struct
+import time
+import zlib
+from array import array
+
+import cramjam
+import xxhash
+from crc32c import crc32c as _crc32c
+
+from ..errors import (
+    CorruptRecordError, KwireError, ProtocolError, TruncatedError, UnsupportedCompressionError,
+)
+
+__all__ = ["Record", "RecordBatch", "iter_records", "iter_batches", "build_batch", "decode_columns"]
+
+_LOG_OVERHEAD = 12
+_MIN_ENTRY_SIZE = 14
+_V0_MIN_SIZE = 14
+_V1_MIN_SIZE = 22
+_V2_HEADER = 61
+_V2_MIN_LENGTH = 49
+_V2_CRC_START = 21
+_MIN_RECORD = 7
+_CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
+_XERIAL_BLOCK = 32 * 1024
+
+_V2_HEAD = struct.Struct(">qiibIhiqqqhii")   # the 61-byte v2 header
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_LEGACY_HEAD = struct.Struct(">qiIbB")       # offset, size, crc, magic, attributes
+
+
+def _wrap64(v: int) -> int:
+    """Two's-complement int64 wrap (what the compiled twin's arithmetic does)."""
+    return ((v + (1 << 63)) & 0xFFFFFFFFFFFFFFFF) - (1 << 63)
+
+
+# --- the user-facing objects -----------------------------------------------------------
+
+class Record:
+    """One record: ``offset``, ``timestamp`` (ms), ``timestamp_type`` (0 CreateTime,
+    1 LogAppendTime, -1 none: magic 0), ``key``/``value`` (bytes or None), ``headers``
+    (list of ``(str, bytes | None)``), and where it came from: ``topic``, ``partition``,
+    ``leader_epoch`` (-1 when unknown), which the consumer sets.
+    """
+    __slots__ = ("offset", "timestamp", "timestamp_type", "key", "value", "headers",
+                 "topic", "partition", "leader_epoch")
+
+    def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
+                 topic=None, partition=-1, leader_epoch=-1):
+        self.offset = operator.index(offset)
+        self.timestamp = operator.index(timestamp)
+        self.timestamp_type = operator.index(timestamp_type)
+        self.key = None if key is None else bytes(key)
+        self.value = None if value is None else bytes(value)
+        self.headers = [] if headers is None else list(headers)
+        self.topic = topic
+        self.partition = operator.index(partition)
+        self.leader_epoch = operator.index(leader_epoch)
+
+    def to_tuple(self):
+        """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
+        return (self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
+                self.headers, self.topic, self.partition, self.leader_epoch)
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        return self.to_tuple() == other.to_tuple()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return (Record, self.to_tuple())
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+                f"timestamp_type={self.timestamp_type}, key={self.key!r}, value={self.value!r}, "
+                f"headers={self.headers!r}, topic={self.topic!r}, partition={self.partition}, "
+                f"leader_epoch={self.leader_epoch})")
+
+
+def _record(offset, timestamp, timestamp_type, key, value, headers, topic, partition,
+            leader_epoch, _new=object.__new__, _cls=Record):
+    # decoder-internal constructor: fields are already the right types
+    r = _new(_cls)
+    r.offset = offset
+    r.timestamp = timestamp
+    r.timestamp_type = timestamp_type
+    r.key = key
+    r.value = value
+    r.headers = headers
+    r.topic = topic
+    r.partition = partition
+    r.leader_epoch = leader_epoch
+    return r
+
+
+class RecordBatch:
+    """One v2 record batch, or one legacy (magic 0/1) message with its inner messages.
+
+    ``records`` holds every record, including a control batch's control records (which
+    iter_records leaves out).  For legacy entries the producer fields are -1 and
+    ``max_timestamp`` is the (wrapper) message's timestamp.
+    """
+    __slots__ = ("base_offset", "last_offset", "magic", "compression", "is_transactional",
+                 "is_control", "producer_id", "producer_epoch", "base_sequence",
+                 "partition_leader_epoch", "timestamp_type", "first_timestamp", "max_timestamp",
+                 "records", "size_bytes")
+
+    def __init__(self, base_offset, last_offset, magic, compression, is_transactional,
+                 is_control, producer_id, producer_epoch, base_sequence,
+                 partition_leader_epoch, timestamp_type, first_timestamp, max_timestamp,
+                 records, size_bytes):
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.magic = magic
+        self.compression = compression
+        self.is_transactional = bool(is_transactional)
+        self.is_control = bool(is_control)
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.timestamp_type = timestamp_type
+        self.first_timestamp = first_timestamp
+        self.max_timestamp = max_timestamp
+        self.records = list(records)
+        self.size_bytes = size_bytes
+
+    def to_tuple(self):
+        return (self.base_offset, self.last_offset, self.magic, self.compression,
+                self.is_transactional, self.is_control, self.producer_id, self.producer_epoch,
+                self.base_sequence, self.partition_leader_epoch, self.timestamp_type,
+                self.first_timestamp, self.max_timestamp, self.records, self.size_bytes)
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __eq__(self, other):
+        if not isinstance(other, RecordBatch):
+            return NotImplemented
+        return self.to_tuple() == other.to_tuple()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return (RecordBatch, self.to_tuple())
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"magic={self.magic}, compression={self.compression!r}, "
+                f"records={len(self.records)}, is_transactional={self.is_transactional}, "
+                f"is_control={self.is_control}, producer_id={self.producer_id}, "
+                f"size_bytes={self.size_bytes})")
+
+
+# --- primitives (the same semantics as _primitives.pxi) --------------------------------
+
+def _need(pos, end, n):
+    if n < 0 or n > end - pos:
+        raise TruncatedError(f"needed {n} bytes at position {pos}, only {end - pos} left",
+                             position=pos)
+
+
+def _uvarint64(buf, pos, end):
+    v = 0
+    shift = 0
+    while True:
+        if pos >= end:
+            _need(pos, end, 1)
+        b = buf[pos]
+        pos += 1
+        if shift == 63 and b > 1:
+            raise ProtocolError(f"varint overflows 64 bits at position {pos - 1}", position=pos - 1)
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, pos
+        shift += 7
+
+
+def _zz32(buf, pos, end):
+    """Zigzag varint that must fit 32 bits -> (value, new position)."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    start = pos
+    v, pos = _uvarint64(buf, pos, end)
+    if v > 0xFFFFFFFF:
+        raise ProtocolError(f"varint {v} exceeds 32 bits at position {start}", position=start)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def _zz64(buf, pos, end):
+    """Zigzag varlong -> (value, new position)."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    v, pos = _uvarint64(buf, pos, end)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+# --- decompression ---------------------------------------------------------------------
+
+def _snappy_bound(block, position):
+    # The raw snappy preamble is the uncompressed length; cramjam allocates it up front (and
+    # aborts the process if it cannot), so check it against what the block can expand to.
+    n = len(block)
+    v = 0
+    shift = 0
+    i = 0
+    while True:
+        if i >= n or shift > 28:
+            raise CorruptRecordError(f"bad snappy length preamble at position {position}",
+                                     position=position)
+        b = block[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    if v > n * 22 + 64:
+        raise CorruptRecordError(
+            f"snappy block at position {position} claims {v} bytes from {n} compressed bytes",
+            position=position)
+
+
+def _snappy(data, position):
+    # raw snappy, or xerial framing: magic | version int32 | compat int32 | [len int32 | block]...
+    n = len(data)
+    if n >= 16 and data[:8] == _XERIAL_MAGIC:
+        pos = 16
+        pieces = []
+        while pos < n:
+            if n - pos < 4:
+                raise CorruptRecordError(f"truncated xerial snappy block length at position {position}",
+                                         position=position)
+            (blen,) = _I32.unpack_from(data, pos)
+            pos += 4
+            if blen < 0 or blen > n - pos:
+                raise CorruptRecordError(f"xerial snappy block length {blen} at position {position} "
+                                         f"overruns the data", position=position)
+            block = data[pos:pos + blen]
+            _snappy_bound(block, position)
+            pieces.append(bytes(cramjam.snappy.decompress_raw(block)))
+            pos += blen
+        return b"".join(pieces)
+    _snappy_bound(data, position)
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def _legacy_lz4(data):
+    # Kafka 0.8/0.9 computed the LZ4 frame header checksum over magic+descriptor; if the
+    # byte matches that broken value, patch in the correct one.
+    n = len(data)
+    if n < 7 or data[:4] != b"\x04\x22\x4d\x18":
+        return data
+    flg = data[4]
+    dlen = 2 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if n < 4 + dlen + 1:
+        return data
+    hc = data[4 + dlen]
+    good = (xxhash.xxh32_intdigest(data[4:4 + dlen]) >> 8) & 0xFF
+    if hc == good:
+        return data
+    if hc != (xxhash.xxh32_intdigest(data[:4 + dlen]) >> 8) & 0xFF:
+        return data
+    fixed = bytearray(data)
+    fixed[4 + dlen] = good
+    return bytes(fixed)
+
+
+def _decompress(codec, data, magic, position):
+    try:
+        if codec == 1:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == 2:
+            return _snappy(data, position)
+        if codec == 3:
+            if magic < 2:
+                return bytes(cramjam.lz4.decompress(_legacy_lz4(data)))
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == 4:
+            return bytes(cramjam.zstd.decompress(data))
+    except KwireError:
+        raise
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise CorruptRecordError(
+            f"{_CODEC_NAMES[codec]} decompression failed for the entry at position {position}: {exc}",
+            position=position) from exc
+    raise UnsupportedCompressionError(f"compression codec {codec} at position {position}",
+                                      position=position)
+
+
+def _rewrap(exc, start, decompressed):
+    # Inside a complete entry every malformation is corruption; positions inside a
+    # decompressed block mean nothing to the caller, so those errors point at the entry.
+    cls = type(exc) if isinstance(exc, CorruptRecordError) else CorruptRecordError
+    if decompressed:
+        new = cls(f"in the decompressed records of the entry at position {start}: {exc}",
+                  position=start)
+    elif cls is type(exc):
+        return exc
+    else:
+        new = cls(str(exc), position=exc.position)
+    new.__cause__ = exc
+    return new
+
+
+# --- the decoder ------------------------------------------------------------------------
+
+class _Entry:
+    __slots__ = ("base_offset", "last_offset", "first_timestamp", "max_timestamp",
+                 "producer_id", "partition_leader_epoch", "base_sequence", "producer_epoch",
+                 "magic", "codec", "timestamp_type", "is_transactional", "is_control", "size")
+
+
+class _Run:
+    """The records section of one v2 batch, being decoded."""
+    __slots__ = ("buf", "pos", "end", "remaining", "count", "base_offset", "first_ts",
+                 "max_ts", "ts_type", "leader_epoch", "compressed")
+
+
+class _Decoder:
+    __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
+                 "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
+                 "records", "sink")
+
+    def __init__(self, data, check_crc, topic, partition, leader_epoch_default):
+        if isinstance(data, bytes):
+            self.buf = data
+        else:
+            self.buf = memoryview(data).cast("B").tobytes()
+        if topic is not None and not isinstance(topic, str):
+            raise TypeError(f"topic must be str or None, not {type(topic).__name__}")
+        self.pos = 0
+        self.end = len(self.buf)
+        self.check_crc = bool(check_crc)
+        self.topic = topic
+        self.partition = operator.index(partition)
+        self.leader_epoch_default = operator.index(leader_epoch_default)
+        self.in_decompressed = False
+        self.lazy = False
+        self.run = None
+        self.run_start = 0
+        self.records = None
+        self.sink = None
+
+    def next_entry(self):
+        """The next entry's _Entry (records in .records, or .run when lazy), None at the end."""
+        start = self.pos
+        remaining = self.end - start
+        self.records = None
+        self.run = None
+        if remaining < _LOG_OVERHEAD:
+            self.pos = self.end
+            return None
+        (size,) = _I32.unpack_from(self.buf, start + 8)
+        if size < _MIN_ENTRY_SIZE:
+            self.pos = self.end
+            raise CorruptRecordError(
+                f"entry at position {start} has size {size}, smaller than any record",
+                position=start + 8)
+        if size > remaining - _LOG_OVERHEAD:
+            self.pos = self.end
+            return None
+        magic = self.buf[start + 16]
+        self.in_decompressed = False
+        e = _Entry()
+        try:
+            if magic == 2:
+                self.decode_v2(start, start + _LOG_OVERHEAD + size, e)
+            elif magic == 0 or magic == 1:
+                self.decode_legacy(start, start + _LOG_OVERHEAD + size, magic, e)
+            else:
+                raise CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
+                                         position=start + 16)
+        except ProtocolError as exc:
+            self.run = None
+            self.pos = self.end
+            new = _rewrap(exc, start, self.in_decompressed)
+            if new is exc:
+                raise
+            raise new from exc
+        except BaseException:
+            self.run = None
+            self.pos = self.end
+            raise
+        self.pos = start + _LOG_OVERHEAD + size
+        return e
+
+    def decode_v2(self, start, end, e):
+        buf = self.buf
+        (batch_length,) = _I32.unpack_from(buf, start + 8)
+        if batch_length < _V2_MIN_LENGTH:
+            raise CorruptRecordError(
+                f"batch at position {start} has length {batch_length}, shorter than its header",
+                position=start + 8)
+        (e.base_offset, _, e.partition_leader_epoch, e.magic, crc, attributes,
+         last_offset_delta, e.first_timestamp, e.max_timestamp, e.producer_id,
+         e.producer_epoch, e.base_sequence, count) = _V2_HEAD.unpack_from(buf, start)
+        if self.check_crc:
+            actual = _crc32c(memoryview(buf)[start + _V2_CRC_START:end])
+            if actual != crc:
+                raise CorruptRecordError(
+                    f"batch at position {start} fails its CRC-32C: computed {actual:#010x}, "
+                    f"stored {crc:#010x}", position=start + 17)
+        e.codec = attributes & 0x07
+        if e.codec > 4:
+            raise UnsupportedCompressionError(
+                f"batch at position {start} uses unknown compression codec {e.codec}",
+                position=start + _V2_CRC_START)
+        if count < 0:
+            raise CorruptRecordError(f"batch at position {start} has records count {count}",
+                                     position=start + 57)
+        e.timestamp_type = (attributes >> 3) & 1
+        e.is_transactional = (attributes & 0x10) != 0
+        e.is_control = (attributes & 0x20) != 0
+        e.last_offset = _wrap64(e.base_offset + last_offset_delta)
+        e.size = end - start
+        leader_epoch = (e.partition_leader_epoch if e.partition_leader_epoch >= 0
+                        else self.leader_epoch_default)
+        self.run_start = start
+        if e.codec == 0:
+            run = self.v2_begin(buf, start + _V2_HEADER, end, count, e, leader_epoch)
+        else:
+            block = _decompress(e.codec, memoryview(buf)[start + _V2_HEADER:end], 2, start)
+            self.in_decompressed = True
+            run = self.v2_begin(block, 0, len(block), count, e, leader_epoch)
+        run.compressed = e.codec != 0
+        if self.lazy and not e.is_control:
+            self.run = run
+            return
+        if self.sink is not None and not e.is_control:
+            for r in self.v2_list(run):
+                self.sink.append(r)
+        else:
+            self.records = self.v2_list(run)
+        self.in_decompressed = False
+
+    def v2_begin(self, buf, pos, end, count, e, leader_epoch):
+        if count > (end - pos) // _MIN_RECORD:
+            raise CorruptRecordError(
+                f"records count {count} cannot fit in {end - pos} bytes", position=pos)
+        run = _Run()
+        run.buf = buf
+        run.pos = pos
+        run.end = end
+        run.remaining = count
+        run.count = count
+        run.base_offset = e.base_offset
+        run.first_ts = e.first_timestamp
+        run.max_ts = e.max_timestamp
+        run.ts_type = e.timestamp_type
+        run.leader_epoch = leader_epoch
+        return run
+
+    @staticmethod
+    def v2_end(run):
+        if run.pos != run.end:
+            raise CorruptRecordError(
+                f"{run.end - run.pos} bytes left after the last of {run.count} records",
+                position=run.pos)
+
+    def v2_list(self, run):
+        out = [self.v2_next(run) for _ in range(run.count)]
+        self.v2_end(run)
+        return out
+
+    def lazy_records(self):
+        # the records of the active run, one at a time (iter_records)
+        run = self.run
+        while True:
+            try:
+                if run.remaining > 0:
+                    r = self.v2_next(run)
+                else:
+                    self.v2_end(run)
+                    r = None
+            except ProtocolError as exc:
+                self.run = None
+                self.pos = self.end
+                new = _rewrap(exc, self.run_start, run.compressed)
+                if new is exc:
+                    raise
+                raise new from exc
+            except BaseException:
+                self.run = None
+                self.pos = self.end
+                raise
+            if r is None:
+                self.run = None
+                return
+            yield r
+
+    def v2_next(self, run):
+        buf = run.buf
+        pos = run.pos
+        rec_start = pos
+        length, pos = _zz32(buf, pos, run.end)
+        if length < 0 or length > run.end - pos:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has length {length}, past the end of its batch",
+                position=rec_start)
+        end = pos + length
+        run.pos = end
+        run.remaining -= 1
+        _need(pos, end, 1)                       # record attributes: unused
+        pos += 1
+        ts_delta, pos = _zz64(buf, pos, end)
+        off_delta, pos = _zz32(buf, pos, end)
+        klen, pos = _zz32(buf, pos, end)
+        if klen >= 0:
+            _need(pos, end, klen)
+            key = buf[pos:pos + klen]
+            pos += klen
+        elif klen == -1:
+            key = None
+        else:
+            raise CorruptRecordError(f"record at position {rec_start} has key length {klen}",
+                                     position=rec_start)
+        vlen, pos = _zz32(buf, pos, end)
+        if vlen >= 0:
+            _need(pos, end, vlen)
+            value = buf[pos:pos + vlen]
+            pos += vlen
+        elif vlen == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record at position {rec_start} has value length {vlen}",
+                                     position=rec_start)
+        hcount, pos = _zz32(buf, pos, end)
+        if hcount < 0 or hcount > (end - pos) // 2:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has header count {hcount}", position=rec_start)
+        headers = []
+        for _ in range(hcount):
+            hklen, pos = _zz32(buf, pos, end)
+            if hklen < 0:
+                raise CorruptRecordError(
+                    f"record at position {rec_start} has header key length {hklen}",
+                    position=rec_start)
+            _need(pos, end, hklen)
+            hkey = bytes(buf[pos:pos + hklen]).decode("utf-8", "surrogateescape")
+            pos += hklen
+            hvlen, pos = _zz32(buf, pos, end)
+            if hvlen >= 0:
+                _need(pos, end, hvlen)
+                hval = buf[pos:pos + hvlen]
+                pos += hvlen
+            elif hvlen == -1:
+                hval = None
+            else:
+                raise CorruptRecordError(
+                    f"record at position {rec_start} has header value length {hvlen}",
+                    position=rec_start)
+            headers.append((hkey, hval))
+        if pos != end:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has {end - pos} bytes after its headers",
+                position=rec_start)
+        ts = run.max_ts if run.ts_type == 1 else _wrap64(run.first_ts + ts_delta)
+        return _record(_wrap64(run.base_offset + off_delta), ts, run.ts_type, key, value,
+                       headers, self.topic, self.partition, run.leader_epoch)
+
+    # legacy (magic 0/1) --------------------------------------------------------------
+
+    def decode_legacy(self, start, end, magic, e):
+        buf = self.buf
+        offset, timestamp, attributes, pos = self.legacy_message(buf, start, end, magic)
+        e.magic = magic
+        e.codec = attributes & 0x07
+        e.timestamp_type = ((attributes >> 3) & 1) if magic == 1 else -1
+        e.is_transactional = False
+        e.is_control = False
+        e.producer_id = -1
+        e.producer_epoch = -1
+        e.base_sequence = -1
+        e.partition_leader_epoch = -1
+        e.last_offset = offset
+        e.max_timestamp = timestamp
+        e.size = end - start
+        key, pos = self.legacy_bytes(buf, pos, end, start)
+        if e.codec == 0:
+            value, pos = self.legacy_bytes(buf, pos, end, start)
+            records = [self.legacy_record(offset, timestamp, e.timestamp_type, key, value)]
+        else:
+            if e.codec > 4:
+                raise UnsupportedCompressionError(
+                    f"message at position {start} uses unknown compression codec {e.codec}",
+                    position=start + 17)
+            _need(pos, end, 4)
+            (vlen,) = _I32.unpack_from(buf, pos)
+            pos += 4
+            if vlen < 0:
+                raise CorruptRecordError(f"compressed message at position {start} has no value",
+                                         position=pos - 4)
+            _need(pos, end, vlen)
+            block = _decompress(e.codec, memoryview(buf)[pos:pos + vlen], magic, start)
+            pos += vlen
+            self.in_decompressed = True
+            records = self.legacy_inner(block, magic, offset, timestamp, e.timestamp_type)
+            self.in_decompressed = False
+        if pos != end:
+            raise CorruptRecordError(
+                f"message at position {start} has {end - pos} bytes after its value",
+                position=pos)
+        e.base_offset = records[0].offset
+        e.first_timestamp = records[0].timestamp
+        if self.sink is not None:
+            for r in records:
+                self.sink.append(r)
+        else:
+            self.records = records
+
+    def legacy_message(self, buf, start, end, magic):
+        # offset..attributes[, timestamp]; the caller has checked the message lies in [start, end)
+        offset, size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(buf, start)
+        if size < (_V1_MIN_SIZE if magic == 1 else _V0_MIN_SIZE):
+            raise CorruptRecordError(
+                f"magic {magic} message at position {start} has size {size}, smaller than its header",
+                position=start + 8)
+        if self.check_crc:
+            actual = zlib.crc32(memoryview(buf)[start + 16:end])
+            if actual != crc:
+                raise CorruptRecordError(
+                    f"message at position {start} fails its CRC-32: computed {actual:#010x}, "
+                    f"stored {crc:#010x}", position=start + 12)
+        pos = start + 18
+        if magic == 1:
+            (timestamp,) = _I64.unpack_from(buf, pos)
+            pos += 8
+        else:
+            timestamp = -1
+        return offset, timestamp, attributes, pos
+
+    @staticmethod
+    def legacy_bytes(buf, pos, end, start):
+        _need(pos, end, 4)
+        (n,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        if n == -1:
+            return None, pos
+        if n < -1:
+            raise CorruptRecordError(f"message at position {start} has a field of length {n}",
+                                     position=pos - 4)
+        _need(pos, end, n)
+        return bytes(buf[pos:pos + n]), pos + n
+
+    def legacy_record(self, offset, timestamp, ts_type, key, value):
+        return _record(offset, timestamp, ts_type, key, value, [], self.topic, self.partition,
+                       self.leader_epoch_default)
+
+    def legacy_inner(self, buf, magic, wrapper_offset, wrapper_ts, wrapper_ts_type):
+        n = len(buf)
+        pos = 0
+        records = []
+        while pos < n:
+            start = pos
+            if n - start < _LOG_OVERHEAD:
+                raise CorruptRecordError(f"truncated inner message at position {start}",
+                                         position=start)
+            (size,) = _I32.unpack_from(buf, start + 8)
+            if size < _MIN_ENTRY_SIZE or size > n - start - _LOG_OVERHEAD:
+                raise CorruptRecordError(f"inner message at position {start} has size {size}",
+                                         position=start + 8)
+            if buf[start + 16] != magic:
+                raise CorruptRecordError(
+                    f"inner message at position {start} has magic {buf[start + 16]}, "
+                    f"its wrapper {magic}", position=start + 16)
+            end = start + _LOG_OVERHEAD + size
+            offset, timestamp, attributes, pos = self.legacy_message(buf, start, end, magic)
+            if attributes & 0x07:
+                raise CorruptRecordError(f"inner message at position {start} is itself compressed",
+                                         position=start + 17)
+            key, pos = self.legacy_bytes(buf, pos, end, start)
+            value, pos = self.legacy_bytes(buf, pos, end, start)
+            if pos != end:
+                raise CorruptRecordError(
+                    f"inner message at position {start} has {end - pos} bytes after its value",
+                    position=pos)
+            if wrapper_ts_type == 1:
+                timestamp = wrapper_ts
+            records.append(self.legacy_record(offset, timestamp,
+                                              wrapper_ts_type if magic == 1 else -1, key, value))
+        if not records:
+            raise CorruptRecordError("compressed message holds no inner messages", position=0)
+        if magic == 1:
+            last_rel = records[-1].offset
+            for r in records:
+                r.offset = _wrap64(_wrap64(wrapper_offset - last_rel) + r.offset)
+        return records
+
+
+def _make_batch(e, records):
+    b = object.__new__(RecordBatch)
+    b.base_offset = e.base_offset
+    b.last_offset = e.last_offset
+    b.magic = e.magic
+    b.compression = _CODEC_NAMES[e.codec]
+    b.is_transactional = e.is_transactional
+    b.is_control = e.is_control
+    b.producer_id = e.producer_id
+    b.producer_epoch = e.producer_epoch
+    b.base_sequence = e.base_sequence
+    b.partition_leader_epoch = e.partition_leader_epoch
+    b.timestamp_type = e.timestamp_type
+    b.first_timestamp = e.first_timestamp
+    b.max_timestamp = e.max_timestamp
+    b.records = records
+    b.size_bytes = e.size
+    return b
+
+
+def _records_gen(dec):
+    while True:
+        e = dec.next_entry()
+        if e is None:
+            return
+        if e.is_control:
+            continue
+        if dec.run is not None:
+            yield from dec.lazy_records()
+        else:
+            records = dec.records
+            dec.records = None
+            yield from records
+
+
+def _batches_gen(dec):
+    while True:
+        e = dec.next_entry()
+        if e is None:
+            return
+        records = dec.records
+        dec.records = None
+        yield _make_batch(e, records)
+
+
+def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1):
+    """Iterate the user records in ``data`` (a Fetch response's record set).
+
+    Control batches are left out; a truncated entry at the end is skipped.  Each record gets
+    ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
+    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data.
+    """
+    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default)
+    dec.lazy = True
+    return _records_gen(dec)
+
+
+def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1):
+    """Iterate the RecordBatch entries in ``data``, control batches included."""
+    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default)
+    return _batches_gen(dec)
+
+
+# --- columns ----------------------------------------------------------------------------
+
+class _Columns:
+    __slots__ = ("offset", "timestamp", "timestamp_type", "key_offsets", "key_valid",
+                 "value_offsets", "value_valid", "header_offsets", "header_key_offsets",
+                 "header_value_offsets", "header_value_valid", "key_data", "value_data",
+                 "header_key_data", "header_value_data")
+
+    def __init__(self):
+        self.offset = array("q")
+        self.timestamp = array("q")
+        self.timestamp_type = array("b")
+        self.key_offsets = array("i", [0])
+        self.key_valid = bytearray()
+        self.value_offsets = array("i", [0])
+        self.value_valid = bytearray()
+        self.header_offsets = array("i", [0])
+        self.header_key_offsets = array("i", [0])
+        self.header_value_offsets = array("i", [0])
+        self.header_value_valid = bytearray()
+        self.key_data = bytearray()
+        self.value_data = bytearray()
+        self.header_key_data = bytearray()
+        self.header_value_data = bytearray()
+
+    @staticmethod
+    def _check(name, data):
+        if len(data) > 0x7FFFFFFF:
+            raise ProtocolError(f"{name} would exceed 2 GiB (int32 offsets); decode smaller inputs",
+                                position=None)
+
+    def append(self, r):
+        self.offset.append(r.offset)
+        self.timestamp.append(r.timestamp)
+        self.timestamp_type.append(r.timestamp_type)
+        if r.key is not None:
+            self.key_data += r.key
+            self._check("key_data", self.key_data)
+        self.key_valid.append(r.key is not None)
+        self.key_offsets.append(len(self.key_data))
+        if r.value is not None:
+            self.value_data += r.value
+            self._check("value_data", self.value_data)
+        self.value_valid.append(r.value is not None)
+        self.value_offsets.append(len(self.value_data))
+        for k, v in r.headers:
+            self.header_key_data += k.encode("utf-8", "surrogateescape")
+            self._check("header_key_data", self.header_key_data)
+            self.header_key_offsets.append(len(self.header_key_data))
+            if v is not None:
+                self.header_value_data += v
+                self._check("header_value_data", self.header_value_data)
+            self.header_value_valid.append(v is not None)
+            self.header_value_offsets.append(len(self.header_value_data))
+        self.header_offsets.append(len(self.header_key_offsets) - 1)
+
+    def finish(self):
+        out = {"num_records": len(self.offset)}
+        for name in ("offset", "timestamp", "timestamp_type", "key_offsets", "key_valid",
+                     "value_offsets", "value_valid", "header_offsets", "header_key_offsets",
+                     "header_value_offsets", "header_value_valid", "key_data", "value_data",
+                     "header_key_data", "header_value_data"):
+            col = getattr(self, name)
+            if isinstance(col, array):
+                out[name] = memoryview(col.tobytes()).cast(col.typecode)
+            elif name.endswith("_valid"):
+                out[name] = memoryview(bytes(col)).cast("?")
+            else:
+                out[name] = memoryview(bytes(col))
+        return out
+
+
+def decode_columns(data, check_crc=True):
+    """Decode every user record in ``data`` into column buffers (see kwire.records).
+
+    Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
+    (int8); ``key_offsets``/``value_offsets`` (int32, n+1) into ``key_data``/``value_data``
+    with ``key_valid``/``value_valid`` (bool); ``header_offsets`` (int32, n+1) into the
+    flattened headers: ``header_key_offsets`` + ``header_key_data`` (UTF-8),
+    ``header_value_offsets`` + ``header_value_data`` + ``header_value_valid``.  Every column
+    is a read-only memoryview with its item format.  Control batches are left out.
+    """
+    dec = _Decoder(data, check_crc, None, -1, -1)
+    dec.sink = _Columns()
+    while dec.next_entry() is not None:
+        pass
+    return dec.sink.finish()
+
+
+# --- building ---------------------------------------------------------------------------
+
+def _uvarint_bytes(v, out):
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _zz_bytes(v, out):
+    _uvarint_bytes(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
+
+
+def _nullable(b, out):
+    if b is None:
+        _zz_bytes(-1, out)
+        return
+    data = memoryview(b).tobytes()
+    _zz_bytes(len(data), out)
+    out += data
+
+
+def _int64(v):
+    v = operator.index(v)
+    if not -(1 << 63) <= v < (1 << 63):
+        raise OverflowError(f"{v} does not fit in int64")
+    return v
+
+
+def _compress(codec, data):
+    if codec == 1:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == 2:
+        # xerial framing, as the Java producer writes it
+        out = bytearray(_XERIAL_HEADER)
+        mv = memoryview(data)
+        for i in range(0, len(data), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(mv[i:i + _XERIAL_BLOCK]))
+            out += len(block).to_bytes(4, "big")
+            out += block
+        return bytes(out)
+    if codec == 3:
+        # independent blocks: the Java consumer does not accept linked LZ4 blocks
+        comp = cramjam.lz4.Compressor(None, False, False)
+        comp.compress(data)
+        return bytes(comp.finish())
+    return bytes(cramjam.zstd.compress(data))
+
+
+def build_batch(records, base_offset=0, compression="none", *, magic=2, producer_id=-1,
+                producer_epoch=-1, base_sequence=-1, is_transactional=False, timestamp_type=0,
+                partition_leader_epoch=-1, is_control=False):
+    """Encode one magic-2 record batch.  Each record is ``(key, value, headers, timestamp_ms)``
+    with key/value bytes-like or None, headers an iterable of ``(str, bytes-like | None)``,
+    and timestamp_ms an int (None: now).  Offsets are base_offset, base_offset + 1, ...
+    """
+    if magic != 2:
+        raise ValueError(f"build_batch encodes magic 2 only, not {magic!r}")
+    try:
+        codec = _CODEC_NAMES.index(compression)
+    except ValueError:
+        raise ValueError(f"unknown compression {compression!r}; use one of {_CODEC_NAMES}") from None
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type!r}")
+    items = []
+    now_ms = None
+    for item in records:
+        key, value, headers, timestamp = item
+        if timestamp is None:
+            if now_ms is None:
+                now_ms = int(time.time() * 1000)
+            timestamp = now_ms
+        items.append((key, value, headers, timestamp))
+    count = len(items)
+    first_ts = max_ts = -1
+    if count:
+        first_ts = _int64(items[0][3])
+        max_ts = _int64(max(it[3] for it in items))
+    body = bytearray()
+    for i, (key, value, headers, timestamp) in enumerate(items):
+        ts = _int64(timestamp)
+        rec = bytearray(b"\x00")                     # record attributes
+        _zz_bytes(_wrap64(ts - first_ts), rec)
+        _zz_bytes(i, rec)
+        _nullable(key, rec)
+        _nullable(value, rec)
+        hl = list(headers) if headers is not None else []
+        _zz_bytes(len(hl), rec)
+        for hk, hv in hl:
+            if not isinstance(hk, str):
+                raise TypeError(f"header keys must be str, not {type(hk).__name__}")
+            _nullable(hk.encode("utf-8", "surrogateescape"), rec)
+            _nullable(hv, rec)
+        _zz_bytes(len(rec), body)
+        body += rec
+    payload = bytes(body)
+    if codec:
+        payload = _compress(codec, payload)
+    attributes = (codec | (timestamp_type << 3) | (0x10 if is_transactional else 0)
+                  | (0x20 if is_control else 0))
+    try:
+        head = struct.pack(">qiibIhiqqqhii", _int64(base_offset),
+                           _V2_HEADER - _LOG_OVERHEAD + len(payload), partition_leader_epoch, 2, 0,
+                           attributes, count - 1 if count else 0, first_ts, max_ts,
+                           _int64(producer_id), producer_epoch, base_sequence, count)
+    except struct.error as exc:
+        raise OverflowError(str(exc)) from None
+    out = bytearray(head)
+    out += payload
+    out[17:21] = _crc32c(memoryview(out)[_V2_CRC_START:]).to_bytes(4, "big")
+    return bytes(out)

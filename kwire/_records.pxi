@@ -1,0 +1,1679 @@
+# Record batches (magic 2) and legacy message sets (magic 0/1).
+#
+# The pure-Python reference is kwire/_pycodec/records.py: same API, same checks in the same
+# order, so both twins raise the same error class at the same position for the same bytes.
+#
+# A Fetch response's record set is a concatenation of entries, each framed the same way:
+#
+#   offset        int64    base offset (v2) / message offset (v0, v1)
+#   size          int32    bytes that follow this field
+#   ...           (size bytes; byte 16 of the entry is the magic in every format)
+#
+# Record batch, magic 2 (KIP-98):
+#
+#   baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (2)
+#   crc uint32 (CRC-32C of attributes..end) | attributes int16 | lastOffsetDelta int32
+#   baseTimestamp int64 | maxTimestamp int64 | producerId int64 | producerEpoch int16
+#   baseSequence int32 | recordsCount int32 | records (compressed as one block if codec != 0)
+#
+#   attributes: bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd), bit 3 timestamp
+#   type (1 = LogAppendTime: every record's timestamp is maxTimestamp), bit 4 transactional,
+#   bit 5 control batch.
+#
+#   record: length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+#           keyLength varint | key | valueLength varint | value
+#           headerCount varint | [headerKeyLength varint | key (utf-8) | headerValueLength varint | value]
+#   (lengths -1 mean null; zigzag varints throughout)
+#
+# Legacy message, magic 0/1:
+#
+#   offset int64 | messageSize int32 | crc uint32 (CRC-32 of magic..end) | magic int8
+#   attributes int8 | [timestamp int64, magic 1 only] | keyLength int32 | key
+#   valueLength int32 | value
+#
+#   attributes: bits 0-2 codec, bit 3 timestamp type (magic 1).  A compressed message is a
+#   wrapper whose value is a compressed message set of inner messages; in magic 1 the inner
+#   offsets are relative: absolute = wrapper offset - last inner offset + inner offset.
+#
+# A truncated entry at the end of the buffer is normal (Fetch responses are cut at max
+# bytes) and is skipped.  Anything wrong inside a complete entry raises CorruptRecordError
+# (UnsupportedCompressionError for an unknown codec) carrying the input position.
+
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.mem cimport PyMem_Realloc, PyMem_Free
+from libc.string cimport memcmp
+
+cdef extern from "Python.h":
+    object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
+
+import time as _time
+import zlib as _zlib
+import cramjam as _cramjam
+import xxhash as _xxhash
+from crc32c import crc32c as _crc32c
+from kwire.errors import KwireError as _KwireError
+
+
+cdef enum:
+    _LOG_OVERHEAD = 12          # offset + size, in front of every entry
+    _MIN_ENTRY_SIZE = 14        # smallest legal size field (a v0 message with null key/value)
+    _V0_MIN_SIZE = 14
+    _V1_MIN_SIZE = 22
+    _V2_HEADER = 61             # bytes before the first record of a v2 batch
+    _V2_MIN_LENGTH = 49         # _V2_HEADER - _LOG_OVERHEAD
+    _V2_CRC_START = 21          # the v2 CRC covers attributes..end
+    _MIN_RECORD = 7             # smallest v2 record: seven one-byte varints/fields
+    _HK_SLOTS = 8               # header-key cache: one entry per header position
+    _HK_MAX = 64                # longest header key the cache remembers
+
+_CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
+_XERIAL_BLOCK = 32 * 1024       # xerial's (and the Java producer's) block size
+
+
+# --- the user-facing objects -----------------------------------------------------------
+
+@cython.final
+@cython.no_gc
+@cython.freelist(1024)
+cdef class Record:
+    """One record: ``offset``, ``timestamp`` (ms), ``timestamp_type`` (0 CreateTime,
+    1 LogAppendTime, -1 none: magic 0), ``key``/``value`` (bytes or None), ``headers``
+    (list of ``(str, bytes | None)``), and where it came from: ``topic``, ``partition``,
+    ``leader_epoch`` (-1 when unknown), which the consumer sets.
+
+    Records do not take part in cyclic garbage collection (they are created by the million);
+    do not put a Record inside its own ``headers`` list.
+    """
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly bytes key
+    cdef readonly bytes value
+    cdef readonly list headers
+    cdef public str topic
+    cdef public int32_t partition
+    cdef public int32_t leader_epoch
+
+    def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
+                 topic=None, partition=-1, leader_epoch=-1):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = None if key is None else bytes(key)
+        self.value = None if value is None else bytes(value)
+        self.headers = [] if headers is None else list(headers)
+        self.topic = topic
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+
+    def to_tuple(self):
+        """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
+        return (self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
+                self.headers, self.topic, self.partition, self.leader_epoch)
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        cdef Record o = <Record>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp
+                and self.timestamp_type == o.timestamp_type and self.key == o.key
+                and self.value == o.value and self.headers == o.headers
+                and self.topic == o.topic and self.partition == o.partition
+                and self.leader_epoch == o.leader_epoch)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __reduce__(self):
+        return (Record, self.to_tuple())
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+                f"timestamp_type={self.timestamp_type}, key={self.key!r}, value={self.value!r}, "
+                f"headers={self.headers!r}, topic={self.topic!r}, partition={self.partition}, "
+                f"leader_epoch={self.leader_epoch})")
+
+
+@cython.final
+cdef class RecordBatch:
+    """One v2 record batch, or one legacy (magic 0/1) message with its inner messages.
+
+    ``records`` holds every record, including a control batch's control records (which
+    iter_records leaves out).  For legacy entries the producer fields are -1 and
+    ``max_timestamp`` is the (wrapper) message's timestamp.
+    """
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t last_offset
+    cdef readonly int magic
+    cdef readonly str compression
+    cdef readonly bint is_transactional
+    cdef readonly bint is_control
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int timestamp_type
+    cdef readonly int64_t first_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly list records
+    cdef readonly Py_ssize_t size_bytes
+
+    def __init__(self, base_offset, last_offset, magic, compression, is_transactional,
+                 is_control, producer_id, producer_epoch, base_sequence,
+                 partition_leader_epoch, timestamp_type, first_timestamp, max_timestamp,
+                 records, size_bytes):
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.magic = magic
+        self.compression = compression
+        self.is_transactional = is_transactional
+        self.is_control = is_control
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.partition_leader_epoch = partition_leader_epoch
+        self.timestamp_type = timestamp_type
+        self.first_timestamp = first_timestamp
+        self.max_timestamp = max_timestamp
+        self.records = list(records)
+        self.size_bytes = size_bytes
+
+    def to_tuple(self):
+        return (self.base_offset, self.last_offset, self.magic, self.compression,
+                self.is_transactional, self.is_control, self.producer_id, self.producer_epoch,
+                self.base_sequence, self.partition_leader_epoch, self.timestamp_type,
+                self.first_timestamp, self.max_timestamp, self.records, self.size_bytes)
+
+    def __len__(self):
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __eq__(self, other):
+        if not isinstance(other, RecordBatch):
+            return NotImplemented
+        return self.to_tuple() == (<RecordBatch>other).to_tuple()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __reduce__(self):
+        return (RecordBatch, self.to_tuple())
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"magic={self.magic}, compression={self.compression!r}, "
+                f"records={len(self.records)}, is_transactional={self.is_transactional}, "
+                f"is_control={self.is_control}, producer_id={self.producer_id}, "
+                f"size_bytes={self.size_bytes})")
+
+
+# --- shared small helpers --------------------------------------------------------------
+
+cdef inline int64_t _rec_add64(int64_t a, int64_t b) noexcept nogil:
+    # Two's-complement wrap instead of C's undefined signed overflow (the twin does the same).
+    return <int64_t>(<uint64_t>a + <uint64_t>b)
+
+
+cdef object _rec_view(const uint8_t* p, Py_ssize_t n):
+    # A read-only memoryview over memory we already hold (the input or a decompressed block).
+    return PyMemoryView_FromMemory(<char*>p, n, PyBUF_READ)
+
+
+cdef object _rec_rewrap(exc, Py_ssize_t start, bint decompressed):
+    # Inside a complete entry every malformation is corruption.  Positions inside a
+    # decompressed block mean nothing to the caller, so those errors point at the entry.
+    cls = type(exc) if isinstance(exc, CorruptRecordError) else CorruptRecordError
+    if decompressed:
+        new = cls(f"in the decompressed records of the entry at position {start}: {exc}",
+                  position=start)
+    elif cls is type(exc):
+        return exc
+    else:
+        new = cls(str(exc), position=exc.position)
+    new.__cause__ = exc
+    return new
+
+
+cdef int _rec_snappy_bound(const uint8_t* p, Py_ssize_t n, Py_ssize_t position) except -1:
+    # A raw snappy block starts with its uncompressed length (uvarint).  cramjam allocates
+    # that much up front and aborts the process if it cannot, so the claim is checked
+    # against the most that n compressed bytes can expand to (a 3-byte copy emits at most
+    # 64 bytes: about 21x).
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i = 0
+    cdef uint8_t b
+    while True:
+        if i >= n or shift > 28:
+            raise CorruptRecordError(f"bad snappy length preamble at position {position}",
+                                     position=position)
+        b = p[i]
+        i += 1
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if not (b & 0x80):
+            break
+        shift += 7
+    if v > <uint64_t>n * 22 + 64:
+        raise CorruptRecordError(
+            f"snappy block at position {position} claims {v} bytes from {n} compressed bytes",
+            position=position)
+    return 0
+
+
+cdef object _rec_snappy(const uint8_t* p, Py_ssize_t n, Py_ssize_t position):
+    # Raw snappy, or xerial framing (what the Java producer writes):
+    #   magic 0x82 'SNAPPY' 0x00 | version int32 | compat int32 | [length int32 | raw block]...
+    cdef Py_ssize_t pos
+    cdef int32_t blen
+    if n >= 16 and memcmp(p, b"\x82SNAPPY\x00", 8) == 0:
+        pos = 16
+        pieces = []
+        while pos < n:
+            if n - pos < 4:
+                raise CorruptRecordError(f"truncated xerial snappy block length at position {position}",
+                                         position=position)
+            blen = <int32_t>ld_be32(p + pos)
+            pos += 4
+            if blen < 0 or blen > n - pos:
+                raise CorruptRecordError(f"xerial snappy block length {blen} at position {position} "
+                                         f"overruns the data", position=position)
+            _rec_snappy_bound(p + pos, blen, position)
+            pieces.append(_cramjam.snappy.decompress_raw(_rec_view(p + pos, blen)))
+            pos += blen
+        if len(pieces) == 1:
+            return pieces[0]
+        return b"".join(pieces)
+    _rec_snappy_bound(p, n, position)
+    return _cramjam.snappy.decompress_raw(_rec_view(p, n))
+
+
+cdef object _rec_legacy_lz4(const uint8_t* p, Py_ssize_t n):
+    # Kafka 0.8/0.9 wrote the LZ4 frame header checksum over magic+descriptor instead of the
+    # descriptor alone.  If the byte matches that broken value, patch in the correct one.
+    cdef Py_ssize_t dlen
+    cdef uint8_t flg, hc
+    if n < 7 or p[0] != 0x04 or p[1] != 0x22 or p[2] != 0x4D or p[3] != 0x18:
+        return _rec_view(p, n)
+    flg = p[4]
+    dlen = 2 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    if n < 4 + dlen + 1:
+        return _rec_view(p, n)
+    hc = p[4 + dlen]
+    if hc == ((_xxhash.xxh32_intdigest(_rec_view(p + 4, dlen)) >> 8) & 0xFF):
+        return _rec_view(p, n)
+    broken = (_xxhash.xxh32_intdigest(_rec_view(p, 4 + dlen)) >> 8) & 0xFF
+    if hc != broken:
+        return _rec_view(p, n)  # the decoder will report the bad checksum
+    fixed = bytearray(_rec_view(p, n))
+    fixed[4 + dlen] = (_xxhash.xxh32_intdigest(_rec_view(p + 4, dlen)) >> 8) & 0xFF
+    return fixed
+
+
+cdef object _rec_decompress(int codec, const uint8_t* p, Py_ssize_t n, int magic,
+                            Py_ssize_t position):
+    # Returns a buffer-protocol object; its size is what the codec actually produced.
+    try:
+        if codec == 1:
+            return _cramjam.gzip.decompress(_rec_view(p, n))
+        if codec == 2:
+            return _rec_snappy(p, n, position)
+        if codec == 3:
+            if magic < 2:
+                return _cramjam.lz4.decompress(_rec_legacy_lz4(p, n))
+            return _cramjam.lz4.decompress(_rec_view(p, n))
+        if codec == 4:
+            return _cramjam.zstd.decompress(_rec_view(p, n))
+    except _KwireError:
+        raise
+    except MemoryError:
+        raise
+    except Exception as exc:
+        raise CorruptRecordError(
+            f"{_CODEC_NAMES[codec]} decompression failed for the entry at position {position}: {exc}",
+            position=position) from exc
+    raise UnsupportedCompressionError(f"compression codec {codec} at position {position}",
+                                      position=position)
+
+
+# --- the decoder ------------------------------------------------------------------------
+
+cdef struct _RecEntry:
+    int64_t base_offset
+    int64_t last_offset
+    int64_t first_timestamp
+    int64_t max_timestamp
+    int64_t producer_id
+    int32_t partition_leader_epoch
+    int32_t base_sequence
+    int16_t producer_epoch
+    int magic
+    int codec
+    int timestamp_type
+    bint is_transactional
+    bint is_control
+    Py_ssize_t size
+
+
+cdef inline void _rec_copy(uint8_t* dst, const uint8_t* src, Py_ssize_t n) noexcept nogil:
+    # Keys, header keys and small values are a few bytes: two overlapping fixed-size moves
+    # beat a call to memcpy.
+    if n >= 8 and n <= 16:
+        memcpy(dst, src, 8)
+        memcpy(dst + n - 8, src + n - 8, 8)
+    elif n >= 4 and n < 8:
+        memcpy(dst, src, 4)
+        memcpy(dst + n - 4, src + n - 4, 4)
+    elif n < 4:
+        while n > 0:
+            n -= 1
+            dst[n] = src[n]
+    else:
+        memcpy(dst, src, n)
+
+
+cdef struct _V2Run:
+    # the records section of one v2 batch, being decoded
+    Cursor c
+    int32_t remaining
+    int32_t count
+    int64_t base_offset
+    int64_t first_ts
+    int64_t max_ts
+    int ts_type
+    int32_t leader_epoch
+
+
+@cython.final
+cdef class _RecDecoder:
+    """Walks the entries of one buffer.  next_entry() fills a _RecEntry and leaves the
+    records in .records (or appends them to .sink for decode_columns)."""
+    cdef object owner
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef const uint8_t* buf
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t end
+    cdef bint check_crc
+    cdef bint in_decompressed
+    cdef str topic
+    cdef int32_t partition
+    cdef int32_t leader_epoch_default
+    cdef list records
+    cdef _RecColumns sink
+    cdef bint lazy                  # iter_records: v2 records are decoded one per next()
+    cdef _V2Run run
+    cdef bint run_active
+    cdef Py_ssize_t run_start       # position of the batch being decoded (for errors)
+    cdef Py_buffer run_view         # the decompressed block the run reads, while held
+    cdef bint has_run_view
+    # header keys repeat from record to record: remember the last key seen at each header
+    # position and hand out the same str when the bytes match
+    cdef PyObject* hk_str[_HK_SLOTS]
+    cdef Py_ssize_t hk_len[_HK_SLOTS]
+    cdef char hk_raw[_HK_SLOTS][_HK_MAX]
+
+    def __cinit__(self, data, bint check_crc, topic, int32_t partition,
+                  int32_t leader_epoch_default):
+        PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
+        self.has_view = True
+        self.owner = data
+        self.buf = <const uint8_t*>self.view.buf
+        self.pos = 0
+        self.end = self.view.len
+        self.check_crc = check_crc
+        self.topic = topic
+        self.partition = partition
+        self.leader_epoch_default = leader_epoch_default
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(_HK_SLOTS):
+            Py_XDECREF(self.hk_str[i])
+            self.hk_str[i] = NULL
+        self.release_run()
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+            self.has_view = False
+
+    cdef inline str header_key(self, Py_ssize_t idx, const uint8_t* p, Py_ssize_t n):
+        # Header keys are UTF-8; undecodable bytes survive as surrogates (surrogateescape)
+        # so a batch the broker accepted can always be consumed and re-encoded.
+        cdef str s
+        if idx < _HK_SLOTS and n <= _HK_MAX:
+            if (self.hk_str[idx] != NULL and self.hk_len[idx] == n
+                    and memcmp(self.hk_raw[idx], p, n) == 0):
+                return <str>self.hk_str[idx]
+            s = PyUnicode_DecodeUTF8(<const char*>p, n, "surrogateescape")
+            Py_XDECREF(self.hk_str[idx])
+            Py_INCREF(s)
+            self.hk_str[idx] = <PyObject*>s
+            memcpy(self.hk_raw[idx], p, n)
+            self.hk_len[idx] = n
+            return s
+        return PyUnicode_DecodeUTF8(<const char*>p, n, "surrogateescape")
+
+    cdef int next_entry(self, _RecEntry* e) except -1:
+        """1 when an entry was decoded, 0 at the end (a trailing partial entry is skipped)."""
+        cdef Py_ssize_t start = self.pos
+        cdef Py_ssize_t remaining = self.end - start
+        cdef int32_t size
+        cdef int magic
+        self.records = None
+        if remaining < _LOG_OVERHEAD:
+            self.pos = self.end
+            return 0
+        size = <int32_t>ld_be32(self.buf + start + 8)
+        if size < _MIN_ENTRY_SIZE:
+            self.pos = self.end
+            raise CorruptRecordError(
+                f"entry at position {start} has size {size}, smaller than any record",
+                position=start + 8)
+        if size > remaining - _LOG_OVERHEAD:
+            self.pos = self.end
+            return 0
+        magic = self.buf[start + 16]
+        self.in_decompressed = False
+        try:
+            if magic == 2:
+                self.decode_v2(start, start + _LOG_OVERHEAD + size, e)
+            elif magic == 0 or magic == 1:
+                self.decode_legacy(start, start + _LOG_OVERHEAD + size, magic, e)
+            else:
+                raise CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
+                                         position=start + 16)
+        except ProtocolError as exc:
+            self.release_run()
+            self.pos = self.end
+            raise _rec_rewrap(exc, start, self.in_decompressed)
+        except BaseException:
+            self.release_run()
+            self.pos = self.end
+            raise
+        self.pos = start + _LOG_OVERHEAD + size
+        return 1
+
+    cdef int decode_v2(self, Py_ssize_t start, Py_ssize_t end, _RecEntry* e) except -1:
+        cdef Cursor c
+        cdef int32_t batch_length, last_offset_delta, count, leader_epoch
+        cdef uint32_t crc
+        cdef int16_t attributes
+        c.buf = self.buf
+        c.pos = start
+        c.end = end
+        e.base_offset = rd_i64(&c)
+        batch_length = rd_i32(&c)
+        e.partition_leader_epoch = rd_i32(&c)
+        e.magic = rd_i8(&c)
+        if batch_length < _V2_MIN_LENGTH:
+            raise CorruptRecordError(
+                f"batch at position {start} has length {batch_length}, shorter than its header",
+                position=start + 8)
+        crc = rd_u32(&c)
+        if self.check_crc:
+            actual = _crc32c(_rec_view(self.buf + start + _V2_CRC_START, end - start - _V2_CRC_START))
+            if actual != crc:
+                raise CorruptRecordError(
+                    f"batch at position {start} fails its CRC-32C: computed {actual:#010x}, "
+                    f"stored {crc:#010x}", position=start + 17)
+        attributes = rd_i16(&c)
+        last_offset_delta = rd_i32(&c)
+        e.first_timestamp = rd_i64(&c)
+        e.max_timestamp = rd_i64(&c)
+        e.producer_id = rd_i64(&c)
+        e.producer_epoch = rd_i16(&c)
+        e.base_sequence = rd_i32(&c)
+        count = rd_i32(&c)
+        e.codec = attributes & 0x07
+        if e.codec > 4:
+            raise UnsupportedCompressionError(
+                f"batch at position {start} uses unknown compression codec {e.codec}",
+                position=start + _V2_CRC_START)
+        if count < 0:
+            raise CorruptRecordError(f"batch at position {start} has records count {count}",
+                                     position=start + 57)
+        e.timestamp_type = (attributes >> 3) & 1
+        e.is_transactional = (attributes & 0x10) != 0
+        e.is_control = (attributes & 0x20) != 0
+        e.last_offset = _rec_add64(e.base_offset, last_offset_delta)
+        e.size = end - start
+        leader_epoch = (e.partition_leader_epoch if e.partition_leader_epoch >= 0
+                        else self.leader_epoch_default)
+        self.run_start = start
+        if e.codec == 0:
+            self.v2_begin(self.buf, c.pos, end, count, e, leader_epoch)
+        else:
+            block = _rec_decompress(e.codec, self.buf + c.pos, end - c.pos, 2, start)
+            PyObject_GetBuffer(block, &self.run_view, PyBUF_SIMPLE)
+            self.has_run_view = True
+            self.in_decompressed = True
+            self.v2_begin(<const uint8_t*>self.run_view.buf, 0, self.run_view.len, count, e,
+                          leader_epoch)
+        if self.lazy and not e.is_control:
+            # iter_records: the records are decoded one per next() (see lazy_next); the
+            # decompressed block stays held until the run ends
+            self.run_active = True
+            return 0
+        try:
+            if self.sink is not None and not e.is_control:
+                self.v2_columns()
+            else:
+                self.records = self.v2_list()
+        finally:
+            self.release_run()
+        self.in_decompressed = False
+        return 0
+
+    cdef void release_run(self) noexcept:
+        if self.has_run_view:
+            PyBuffer_Release(&self.run_view)
+            self.has_run_view = False
+        self.run_active = False
+
+    cdef int v2_begin(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, int32_t count,
+                      _RecEntry* e, int32_t leader_epoch) except -1:
+        cdef _V2Run* run = &self.run
+        if count > (end - pos) // _MIN_RECORD:
+            raise CorruptRecordError(
+                f"records count {count} cannot fit in {end - pos} bytes", position=pos)
+        run.c.buf = buf
+        run.c.pos = pos
+        run.c.end = end
+        run.remaining = count
+        run.count = count
+        run.base_offset = e.base_offset
+        run.first_ts = e.first_timestamp
+        run.max_ts = e.max_timestamp
+        run.ts_type = e.timestamp_type
+        run.leader_epoch = leader_epoch
+        return 0
+
+    cdef int v2_end(self) except -1:
+        cdef _V2Run* run = &self.run
+        if run.c.pos != run.c.end:
+            raise CorruptRecordError(
+                f"{run.c.end - run.c.pos} bytes left after the last of {run.count} records",
+                position=run.c.pos)
+        return 0
+
+    cdef list v2_list(self):
+        cdef list out = PyList_New(self.run.count)
+        cdef int32_t i
+        cdef Record r
+        for i in range(self.run.count):
+            r = self.v2_next()
+            Py_INCREF(r)
+            PyList_SET_ITEM(out, i, r)
+        self.v2_end()
+        return out
+
+    cdef Record lazy_next(self):
+        # The next record of the active run, or None once the run is over (and checked).
+        try:
+            if self.run.remaining > 0:
+                return self.v2_next()
+            self.v2_end()
+        except BaseException as exc:
+            compressed = self.has_run_view
+            self.release_run()
+            self.pos = self.end
+            if isinstance(exc, ProtocolError):
+                raise _rec_rewrap(exc, self.run_start, compressed)
+            raise
+        self.release_run()
+        return None
+
+    @cython.boundscheck(False)
+    cdef Record v2_next(self):
+        # The hot loop body: one Record, its key/value bytes and header tuples; everything
+        # else stays in C variables.
+        cdef _V2Run* run = &self.run
+        cdef Cursor* c = &run.c
+        cdef Cursor rc
+        cdef int32_t j, length, off_delta, klen, vlen, hcount, hklen, hvlen
+        cdef int64_t ts_delta
+        cdef const uint8_t* p
+        cdef list headers
+        cdef tuple h
+        cdef Record r
+        cdef object key, value, hval
+        cdef str hkey
+        cdef Py_ssize_t rec_start = c.pos
+        rd_zz32_to(c, &length)
+        if length < 0 or length > c.end - c.pos:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has length {length}, past the end of its batch",
+                position=rec_start)
+        rc.buf = c.buf
+        rc.pos = c.pos
+        rc.end = c.pos + length
+        c.pos = rc.end
+        run.remaining -= 1
+        rd_view(&rc, 1, &p)                 # record attributes: unused
+        rd_zz64_to(&rc, &ts_delta)
+        rd_zz32_to(&rc, &off_delta)
+        rd_zz32_to(&rc, &klen)
+        if klen >= 0:
+            rd_view(&rc, klen, &p)
+            key = PyBytes_FromStringAndSize(<const char*>p, klen)
+        elif klen == -1:
+            key = None
+        else:
+            raise CorruptRecordError(f"record at position {rec_start} has key length {klen}",
+                                     position=rec_start)
+        rd_zz32_to(&rc, &vlen)
+        if vlen >= 0:
+            rd_view(&rc, vlen, &p)
+            value = PyBytes_FromStringAndSize(<const char*>p, vlen)
+        elif vlen == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record at position {rec_start} has value length {vlen}",
+                                     position=rec_start)
+        rd_zz32_to(&rc, &hcount)
+        if hcount < 0 or hcount > (rc.end - rc.pos) // 2:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has header count {hcount}", position=rec_start)
+        headers = PyList_New(hcount)
+        for j in range(hcount):
+            rd_zz32_to(&rc, &hklen)
+            if hklen < 0:
+                raise CorruptRecordError(
+                    f"record at position {rec_start} has header key length {hklen}",
+                    position=rec_start)
+            rd_view(&rc, hklen, &p)
+            hkey = self.header_key(j, p, hklen)
+            rd_zz32_to(&rc, &hvlen)
+            if hvlen >= 0:
+                rd_view(&rc, hvlen, &p)
+                hval = PyBytes_FromStringAndSize(<const char*>p, hvlen)
+            elif hvlen == -1:
+                hval = None
+            else:
+                raise CorruptRecordError(
+                    f"record at position {rec_start} has header value length {hvlen}",
+                    position=rec_start)
+            h = PyTuple_New(2)
+            Py_INCREF(hkey)
+            PyTuple_SET_ITEM(h, 0, hkey)
+            Py_INCREF(hval)
+            PyTuple_SET_ITEM(h, 1, hval)
+            Py_INCREF(h)
+            PyList_SET_ITEM(headers, j, h)
+        if rc.pos != rc.end:
+            raise CorruptRecordError(
+                f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
+                position=rec_start)
+        r = Record.__new__(Record)
+        r.offset = _rec_add64(run.base_offset, off_delta)
+        r.timestamp = run.max_ts if run.ts_type == 1 else _rec_add64(run.first_ts, ts_delta)
+        r.timestamp_type = run.ts_type
+        r.key = key
+        r.value = value
+        r.headers = headers
+        r.topic = self.topic
+        r.partition = self.partition
+        r.leader_epoch = run.leader_epoch
+        return r
+
+    @cython.boundscheck(False)
+    cdef int v2_columns(self) except -1:
+        # Same checks as v2_next, but the fields go straight into the column buffers.  The
+        # column pointers and lengths live in locals (registers) for the whole batch and
+        # are written back before anything that can grow a column.
+        cdef _V2Run* run = &self.run
+        cdef Cursor cur = run.c            # a local copy the compiler can keep in registers
+        cdef Cursor* c = &cur
+        cdef Cursor rc
+        cdef int32_t i, j, length, off_delta, klen, vlen, hcount, hklen, hvlen
+        cdef int64_t ts_delta
+        cdef int64_t base_offset = run.base_offset
+        cdef int64_t first_ts = run.first_ts
+        cdef int64_t max_ts = run.max_ts
+        cdef int8_t ts_type = <int8_t>run.ts_type
+        cdef bint log_append = ts_type == 1
+        cdef const uint8_t* p
+        cdef Py_ssize_t rec_start, n, m
+        cdef _RecColumns s = self.sink
+        cdef uint8_t* dp[4]
+        cdef Py_ssize_t dl[4]
+        cdef Py_ssize_t dc[4]
+        s.reserve_records(run.count)
+        cdef int64_t* p_offset = s.p_offset
+        cdef int64_t* p_timestamp = s.p_timestamp
+        cdef int8_t* p_ts_type = s.p_ts_type
+        cdef int32_t* p_key_off = s.p_key_off
+        cdef uint8_t* p_key_valid = s.p_key_valid
+        cdef int32_t* p_value_off = s.p_value_off
+        cdef uint8_t* p_value_valid = s.p_value_valid
+        cdef int32_t* p_header_off = s.p_header_off
+        cdef int32_t* p_hkey_off = s.p_hkey_off
+        cdef int32_t* p_hvalue_off = s.p_hvalue_off
+        cdef uint8_t* p_hvalue_valid = s.p_hvalue_valid
+        for j in range(4):
+            dp[j] = s.dptr[j]
+            dl[j] = s.dlen[j]
+            dc[j] = s.dcap[j]
+        n = s.n
+        m = s.m
+        rc.buf = c.buf
+        try:
+            for i in range(run.count):
+                rec_start = c.pos
+                rd_zz32_to(c, &length)
+                if length < 0 or length > c.end - c.pos:
+                    raise CorruptRecordError(
+                        f"record at position {rec_start} has length {length}, past the end of its batch",
+                        position=rec_start)
+                rc.pos = c.pos
+                rc.end = c.pos + length
+                c.pos = rc.end
+                rd_view(&rc, 1, &p)
+                rd_zz64_to(&rc, &ts_delta)
+                rd_zz32_to(&rc, &off_delta)
+                p_offset[n] = _rec_add64(base_offset, off_delta)
+                p_timestamp[n] = max_ts if log_append else _rec_add64(first_ts, ts_delta)
+                p_ts_type[n] = ts_type
+                rd_zz32_to(&rc, &klen)
+                if klen >= 0:
+                    rd_view(&rc, klen, &p)
+                    _col_put(s, 0, dp, dl, dc, p, klen)
+                    p_key_valid[n] = 1
+                elif klen == -1:
+                    p_key_valid[n] = 0
+                else:
+                    raise CorruptRecordError(f"record at position {rec_start} has key length {klen}",
+                                             position=rec_start)
+                p_key_off[n + 1] = <int32_t>dl[0]
+                rd_zz32_to(&rc, &vlen)
+                if vlen >= 0:
+                    rd_view(&rc, vlen, &p)
+                    _col_put(s, 1, dp, dl, dc, p, vlen)
+                    p_value_valid[n] = 1
+                elif vlen == -1:
+                    p_value_valid[n] = 0
+                else:
+                    raise CorruptRecordError(f"record at position {rec_start} has value length {vlen}",
+                                             position=rec_start)
+                p_value_off[n + 1] = <int32_t>dl[1]
+                rd_zz32_to(&rc, &hcount)
+                if hcount < 0 or hcount > (rc.end - rc.pos) // 2:
+                    raise CorruptRecordError(
+                        f"record at position {rec_start} has header count {hcount}", position=rec_start)
+                if m + hcount > s.cap_m:
+                    s.m = m
+                    s.reserve_headers(hcount)
+                    p_hkey_off = s.p_hkey_off
+                    p_hvalue_off = s.p_hvalue_off
+                    p_hvalue_valid = s.p_hvalue_valid
+                for j in range(hcount):
+                    rd_zz32_to(&rc, &hklen)
+                    if hklen < 0:
+                        raise CorruptRecordError(
+                            f"record at position {rec_start} has header key length {hklen}",
+                            position=rec_start)
+                    rd_view(&rc, hklen, &p)
+                    _col_put(s, 2, dp, dl, dc, p, hklen)
+                    p_hkey_off[m + 1] = <int32_t>dl[2]
+                    rd_zz32_to(&rc, &hvlen)
+                    if hvlen >= 0:
+                        rd_view(&rc, hvlen, &p)
+                        _col_put(s, 3, dp, dl, dc, p, hvlen)
+                        p_hvalue_valid[m] = 1
+                    elif hvlen == -1:
+                        p_hvalue_valid[m] = 0
+                    else:
+                        raise CorruptRecordError(
+                            f"record at position {rec_start} has header value length {hvlen}",
+                            position=rec_start)
+                    p_hvalue_off[m + 1] = <int32_t>dl[3]
+                    m += 1
+                if rc.pos != rc.end:
+                    raise CorruptRecordError(
+                        f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
+                        position=rec_start)
+                p_header_off[n + 1] = <int32_t>m
+                n += 1
+        finally:
+            run.c.pos = cur.pos
+            for j in range(4):
+                s.dlen[j] = dl[j]
+            s.n = n
+            s.m = m
+        run.remaining = 0
+        self.v2_end()
+        return 0
+
+    cdef int decode_legacy(self, Py_ssize_t start, Py_ssize_t end, int magic,
+                           _RecEntry* e) except -1:
+        cdef Cursor c
+        cdef int64_t offset, timestamp
+        cdef int attributes, ts_type
+        cdef Py_buffer dview
+        cdef Record r
+        cdef int32_t vlen
+        c.buf = self.buf
+        c.pos = start
+        c.end = end
+        offset = self.legacy_message(&c, magic, &timestamp, &attributes)
+        e.magic = magic
+        e.codec = attributes & 0x07
+        e.timestamp_type = ((attributes >> 3) & 1) if magic == 1 else -1
+        e.is_transactional = False
+        e.is_control = False
+        e.producer_id = -1
+        e.producer_epoch = -1
+        e.base_sequence = -1
+        e.partition_leader_epoch = -1
+        e.last_offset = offset
+        e.max_timestamp = timestamp
+        e.size = end - start
+        key = self.legacy_bytes(&c, start)
+        if e.codec == 0:
+            value = self.legacy_bytes(&c, start)
+            records = [self.legacy_record(offset, timestamp, e.timestamp_type, key, value)]
+        else:
+            if e.codec > 4:
+                raise UnsupportedCompressionError(
+                    f"message at position {start} uses unknown compression codec {e.codec}",
+                    position=start + 17)
+            vlen = rd_i32(&c)
+            if vlen < 0:
+                raise CorruptRecordError(f"compressed message at position {start} has no value",
+                                         position=c.pos - 4)
+            _need(&c, vlen)
+            block = _rec_decompress(e.codec, self.buf + c.pos, vlen, magic, start)
+            c.pos += vlen
+            PyObject_GetBuffer(block, &dview, PyBUF_SIMPLE)
+            self.in_decompressed = True
+            try:
+                records = self.legacy_inner(<const uint8_t*>dview.buf, dview.len, magic, offset,
+                                            timestamp, e.timestamp_type)
+            finally:
+                PyBuffer_Release(&dview)
+            self.in_decompressed = False
+        if c.pos != end:
+            raise CorruptRecordError(
+                f"message at position {start} has {end - c.pos} bytes after its value",
+                position=c.pos)
+        e.base_offset = (<Record>records[0]).offset
+        e.first_timestamp = (<Record>records[0]).timestamp
+        if self.sink is not None:
+            for r in records:
+                self.sink.append_record(r)
+        else:
+            self.records = records
+        return 0
+
+    cdef int64_t legacy_message(self, Cursor* c, int magic, int64_t* timestamp,
+                                int* attributes) except? -1:
+        # Reads offset..attributes[, timestamp] of one message; the caller has checked that
+        # the whole message (size field included) lies within c.end.
+        cdef Py_ssize_t start = c.pos
+        cdef int64_t offset = rd_i64(c)
+        cdef int32_t size = rd_i32(c)
+        cdef uint32_t crc = rd_u32(c)
+        rd_i8(c)  # magic, already dispatched on
+        if size < (_V1_MIN_SIZE if magic == 1 else _V0_MIN_SIZE):
+            raise CorruptRecordError(
+                f"magic {magic} message at position {start} has size {size}, smaller than its header",
+                position=start + 8)
+        if self.check_crc:
+            actual = _zlib.crc32(_rec_view(c.buf + start + 16, c.end - start - 16))
+            if actual != crc:
+                raise CorruptRecordError(
+                    f"message at position {start} fails its CRC-32: computed {actual:#010x}, "
+                    f"stored {crc:#010x}", position=start + 12)
+        attributes[0] = <uint8_t>rd_i8(c)
+        timestamp[0] = rd_i64(c) if magic == 1 else -1
+        return offset
+
+    cdef object legacy_bytes(self, Cursor* c, Py_ssize_t start):
+        cdef int32_t n = rd_i32(c)
+        if n == -1:
+            return None
+        if n < -1:
+            raise CorruptRecordError(f"message at position {start} has a field of length {n}",
+                                     position=c.pos - 4)
+        return rd_bytes_n(c, n)
+
+    cdef Record legacy_record(self, int64_t offset, int64_t timestamp, int ts_type, key, value):
+        cdef Record r = Record.__new__(Record)
+        r.offset = offset
+        r.timestamp = timestamp
+        r.timestamp_type = ts_type
+        r.key = key
+        r.value = value
+        r.headers = []
+        r.topic = self.topic
+        r.partition = self.partition
+        r.leader_epoch = self.leader_epoch_default
+        return r
+
+    cdef list legacy_inner(self, const uint8_t* buf, Py_ssize_t n, int magic,
+                           int64_t wrapper_offset, int64_t wrapper_ts, int wrapper_ts_type):
+        # The inner message set of a compressed wrapper: complete messages only, same magic,
+        # no further compression.
+        cdef Cursor c
+        cdef Py_ssize_t start
+        cdef int32_t size
+        cdef int64_t offset, timestamp, last_rel
+        cdef int attributes
+        cdef list records = []
+        cdef Record r
+        c.buf = buf
+        c.pos = 0
+        while c.pos < n:
+            start = c.pos
+            if n - start < _LOG_OVERHEAD:
+                raise CorruptRecordError(f"truncated inner message at position {start}",
+                                         position=start)
+            size = <int32_t>ld_be32(buf + start + 8)
+            if size < _MIN_ENTRY_SIZE or size > n - start - _LOG_OVERHEAD:
+                raise CorruptRecordError(f"inner message at position {start} has size {size}",
+                                         position=start + 8)
+            if buf[start + 16] != magic:
+                raise CorruptRecordError(
+                    f"inner message at position {start} has magic {buf[start + 16]}, "
+                    f"its wrapper {magic}", position=start + 16)
+            c.end = start + _LOG_OVERHEAD + size
+            offset = self.legacy_message(&c, magic, &timestamp, &attributes)
+            if attributes & 0x07:
+                raise CorruptRecordError(f"inner message at position {start} is itself compressed",
+                                         position=start + 17)
+            key = self.legacy_bytes(&c, start)
+            value = self.legacy_bytes(&c, start)
+            if c.pos != c.end:
+                raise CorruptRecordError(
+                    f"inner message at position {start} has {c.end - c.pos} bytes after its value",
+                    position=c.pos)
+            if wrapper_ts_type == 1:
+                timestamp = wrapper_ts
+            records.append(self.legacy_record(offset, timestamp,
+                                              wrapper_ts_type if magic == 1 else -1, key, value))
+        if not records:
+            raise CorruptRecordError("compressed message holds no inner messages", position=0)
+        if magic == 1:
+            # inner offsets are relative (0..n-1); the wrapper carries the last absolute one
+            last_rel = (<Record>records[len(records) - 1]).offset
+            for r in records:
+                r.offset = _rec_add64(_rec_add64(wrapper_offset, -last_rel), r.offset)
+        return records
+
+
+cdef RecordBatch _rec_make_batch(_RecEntry* e, list records):
+    cdef RecordBatch b = RecordBatch.__new__(RecordBatch)
+    b.base_offset = e.base_offset
+    b.last_offset = e.last_offset
+    b.magic = e.magic
+    b.compression = _CODEC_NAMES[e.codec]
+    b.is_transactional = e.is_transactional
+    b.is_control = e.is_control
+    b.producer_id = e.producer_id
+    b.producer_epoch = e.producer_epoch
+    b.base_sequence = e.base_sequence
+    b.partition_leader_epoch = e.partition_leader_epoch
+    b.timestamp_type = e.timestamp_type
+    b.first_timestamp = e.first_timestamp
+    b.max_timestamp = e.max_timestamp
+    b.records = records
+    b.size_bytes = e.size
+    return b
+
+
+@cython.final
+cdef class _RecordIterator:
+    cdef _RecDecoder dec
+    cdef list cur           # records of a legacy entry (decoded eagerly)
+    cdef Py_ssize_t idx
+    cdef Py_ssize_t n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef _RecEntry e
+        cdef _RecDecoder dec = self.dec
+        cdef object r
+        while True:
+            if dec.run_active:
+                r = dec.lazy_next()
+                if r is not None:
+                    return r
+            elif self.idx < self.n:
+                r = <object>PyList_GET_ITEM(self.cur, self.idx)
+                self.idx += 1
+                return r
+            self.cur = None
+            self.idx = self.n = 0
+            if not dec.next_entry(&e):
+                raise StopIteration
+            if e.is_control or dec.run_active:
+                continue
+            self.cur = dec.records
+            dec.records = None
+            self.n = PyList_GET_SIZE(self.cur)
+
+
+@cython.final
+cdef class _BatchIterator:
+    cdef _RecDecoder dec
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef _RecEntry e
+        if not self.dec.next_entry(&e):
+            raise StopIteration
+        records = self.dec.records
+        self.dec.records = None
+        return _rec_make_batch(&e, records)
+
+
+def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1):
+    """Iterate the user records in ``data`` (a Fetch response's record set).
+
+    Control batches are left out; a truncated entry at the end is skipped.  Each record gets
+    ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
+    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data.
+    """
+    cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default)
+    it.dec.lazy = True
+    return it
+
+
+def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1):
+    """Iterate the RecordBatch entries in ``data``, control batches included."""
+    cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
+    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default)
+    return it
+
+
+# --- columns ----------------------------------------------------------------------------
+#
+# decode_columns copies nearly all of its input into fresh column buffers.  Memory fresh
+# from the OS costs a page fault per 4 KiB, which costs more than the decoding itself, so
+# big column blocks go back to a small pool when their _ColumnBuffer dies and the next
+# decode_columns call reuses them (bounded: _POOL_SLOTS blocks, _pool_limit bytes).
+
+from libc.stdlib cimport malloc, free
+from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
+
+cdef enum:
+    _POOL_SLOTS = 32
+    _POOL_MIN_BLOCK = 64 * 1024
+
+cdef void* _pool_ptr[_POOL_SLOTS]
+cdef Py_ssize_t _pool_cap[_POOL_SLOTS]
+cdef int _pool_n = 0
+cdef Py_ssize_t _pool_bytes = 0
+cdef Py_ssize_t _pool_limit = 64 * 1024 * 1024
+
+
+cdef extern from *:
+    """
+    /* Column blocks of several MiB: on Linux map them directly and ask for transparent huge
+       pages, so first use costs one page fault per 2 MiB instead of one per 4 KiB. */
+    #if defined(__linux__)
+    #include <sys/mman.h>
+    static void* kwire_big_alloc(size_t n) {
+        void* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return NULL;
+    #ifdef MADV_HUGEPAGE
+        madvise(p, n, MADV_HUGEPAGE);
+    #endif
+        return p;
+    }
+    static void kwire_big_free(void* p, size_t n) { munmap(p, n); }
+    /* growing moves page-table entries instead of copying the bytes */
+    static void* kwire_big_realloc(void* p, size_t old, size_t n) {
+        void* q = mremap(p, old, n, MREMAP_MAYMOVE);
+        return q == MAP_FAILED ? NULL : q;
+    }
+    #else
+    static void* kwire_big_alloc(size_t n) { return malloc(n); }
+    static void kwire_big_free(void* p, size_t n) { (void)n; free(p); }
+    static void* kwire_big_realloc(void* p, size_t old, size_t n) { (void)old; return realloc(p, n); }
+    #endif
+    """
+    void* kwire_big_alloc(size_t n) nogil
+    void kwire_big_free(void* p, size_t n) nogil
+    void* kwire_big_realloc(void* p, size_t old, size_t n) nogil
+
+
+cdef enum:
+    _BIG_BLOCK = 4 * 1024 * 1024        # from here on blocks are mapped, in 2 MiB steps
+    _BIG_STEP = 2 * 1024 * 1024
+
+
+cdef void* _pool_take(Py_ssize_t want, Py_ssize_t* cap) noexcept:
+    # Smallest retained block that fits (and is not absurdly bigger), else a new one.
+    # NULL only when the allocation fails.  Blocks of _BIG_BLOCK or more are mapped (their
+    # capacity says so: _pool_free relies on it).
+    global _pool_n, _pool_bytes
+    cdef int i, best = -1
+    cdef void* p
+    if want >= _POOL_MIN_BLOCK:
+        for i in range(_pool_n):
+            if _pool_cap[i] >= want and _pool_cap[i] <= 4 * want + (1 << 20):
+                if best < 0 or _pool_cap[i] < _pool_cap[best]:
+                    best = i
+        if best >= 0:
+            p = _pool_ptr[best]
+            cap[0] = _pool_cap[best]
+            _pool_bytes -= _pool_cap[best]
+            _pool_n -= 1
+            _pool_ptr[best] = _pool_ptr[_pool_n]
+            _pool_cap[best] = _pool_cap[_pool_n]
+            return p
+    if want >= _BIG_BLOCK:
+        cap[0] = (want + _BIG_STEP - 1) // _BIG_STEP * _BIG_STEP
+        return kwire_big_alloc(cap[0])
+    cap[0] = want if want > 0 else 1
+    return malloc(cap[0])
+
+
+cdef void _pool_free(void* p, Py_ssize_t cap) noexcept:
+    if cap >= _BIG_BLOCK:
+        kwire_big_free(p, cap)
+    else:
+        free(p)
+
+
+cdef void _pool_give(void* p, Py_ssize_t cap) noexcept:
+    global _pool_n, _pool_bytes
+    if p == NULL:
+        return
+    if cap >= _POOL_MIN_BLOCK and _pool_n < _POOL_SLOTS and _pool_bytes + cap <= _pool_limit:
+        _pool_ptr[_pool_n] = p
+        _pool_cap[_pool_n] = cap
+        _pool_n += 1
+        _pool_bytes += cap
+    else:
+        _pool_free(p, cap)
+
+
+@cython.final
+cdef class _ColumnBuffer:
+    """The read-only memory of one decode_columns column (a buffer-protocol exporter)."""
+    cdef void* ptr
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t nbytes
+    cdef Py_ssize_t itemsize
+    cdef bytes fmt
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if flags & PyBUF_WRITABLE == PyBUF_WRITABLE:
+            raise BufferError("decode_columns buffers are read-only")
+        view.buf = self.ptr
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 1
+        view.ndim = 1
+        if flags & PyBUF_FORMAT == PyBUF_FORMAT:
+            view.format = PyBytes_AS_STRING(self.fmt)
+            view.itemsize = self.itemsize
+        else:
+            view.format = NULL
+            view.itemsize = 1
+        view.shape = self.shape if flags & PyBUF_ND == PyBUF_ND else NULL
+        view.strides = self.strides if flags & PyBUF_STRIDES == PyBUF_STRIDES else NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __dealloc__(self):
+        _pool_give(self.ptr, self.cap)
+        self.ptr = NULL
+
+
+cdef enum:
+    # per-record columns
+    _C_OFFSET = 0
+    _C_TIMESTAMP = 1
+    _C_TS_TYPE = 2
+    _C_KEY_OFF = 3
+    _C_KEY_VALID = 4
+    _C_VALUE_OFF = 5
+    _C_VALUE_VALID = 6
+    _C_HEADER_OFF = 7
+    # per-header columns
+    _C_HKEY_OFF = 8
+    _C_HVALUE_OFF = 9
+    _C_HVALUE_VALID = 10
+    # data columns (dlen/dcap/dptr index = column - _C_KEY_DATA)
+    _C_KEY_DATA = 11
+    _C_VALUE_DATA = 12
+    _C_HKEY_DATA = 13
+    _C_HVALUE_DATA = 14
+    _C_COUNT = 15
+
+_COL_NAMES = ("offset", "timestamp", "timestamp_type", "key_offsets", "key_valid",
+              "value_offsets", "value_valid", "header_offsets", "header_key_offsets",
+              "header_value_offsets", "header_value_valid", "key_data", "value_data",
+              "header_key_data", "header_value_data")
+_COL_FORMATS = (b"q", b"q", b"b", b"i", b"?", b"i", b"?", b"i", b"i", b"i", b"?",
+                b"B", b"B", b"B", b"B")
+cdef Py_ssize_t[_C_COUNT] _COL_ITEMSIZE = [8, 8, 1, 4, 1, 4, 1, 4, 4, 4, 1, 1, 1, 1, 1]
+# offsets columns hold one more entry than their rows
+cdef Py_ssize_t[_C_COUNT] _COL_EXTRA = [0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 0, 0, 0, 0, 0]
+
+
+@cython.final
+cdef class _RecColumns:
+    """Growable column buffers (raw memory from the pool) that finish() turns into
+    _ColumnBuffer objects."""
+    cdef void* cols[_C_COUNT]
+    cdef Py_ssize_t caps[_C_COUNT]
+    cdef Py_ssize_t n, cap_n          # records
+    cdef Py_ssize_t m, cap_m          # headers
+    cdef Py_ssize_t dlen[4]
+    cdef Py_ssize_t dcap[4]
+    cdef uint8_t* dptr[4]
+    cdef int64_t* p_offset
+    cdef int64_t* p_timestamp
+    cdef int8_t* p_ts_type
+    cdef int32_t* p_key_off
+    cdef uint8_t* p_key_valid
+    cdef int32_t* p_value_off
+    cdef uint8_t* p_value_valid
+    cdef int32_t* p_header_off
+    cdef int32_t* p_hkey_off
+    cdef int32_t* p_hvalue_off
+    cdef uint8_t* p_hvalue_valid
+
+    def __cinit__(self, Py_ssize_t records_hint, Py_ssize_t data_hint):
+        cdef int i
+        for i in range(_C_COUNT):
+            self.cols[i] = NULL
+            self.caps[i] = 0
+        for i in range(4):
+            self.dlen[i] = 0
+        self.n = self.m = self.cap_n = self.cap_m = 0
+        self.grow_records(records_hint if records_hint > 16 else 16)
+        self.grow_headers(records_hint if records_hint > 16 else 16)
+        self.grow_data(0, records_hint * 16 + 256)
+        self.grow_data(1, data_hint + 256)
+        self.grow_data(2, records_hint * 16 + 256)
+        self.grow_data(3, records_hint * 16 + 256)
+        self.p_key_off[0] = 0
+        self.p_value_off[0] = 0
+        self.p_header_off[0] = 0
+        self.p_hkey_off[0] = 0
+        self.p_hvalue_off[0] = 0
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(_C_COUNT):
+            _pool_give(self.cols[i], self.caps[i])
+            self.cols[i] = NULL
+
+    cdef int resize(self, int col, Py_ssize_t nbytes, Py_ssize_t used) except -1:
+        # move column `col` to a block of at least nbytes, keeping its first `used` bytes
+        cdef Py_ssize_t cap
+        cdef void* p
+        if self.caps[col] >= _BIG_BLOCK and nbytes > self.caps[col]:
+            # a mapped block grows in place (or moves without copying)
+            cap = (nbytes + _BIG_STEP - 1) // _BIG_STEP * _BIG_STEP
+            p = kwire_big_realloc(self.cols[col], self.caps[col], cap)
+            if p == NULL:
+                raise MemoryError()
+            self.cols[col] = p
+            self.caps[col] = cap
+            return 0
+        p = _pool_take(nbytes, &cap)
+        if p == NULL:
+            raise MemoryError()
+        if used:
+            memcpy(p, self.cols[col], used)
+        _pool_give(self.cols[col], self.caps[col])
+        self.cols[col] = p
+        self.caps[col] = cap
+        return 0
+
+    cdef int grow_records(self, Py_ssize_t cap) except -1:
+        cdef int col
+        for col in range(_C_HKEY_OFF):
+            self.resize(col, (cap + _COL_EXTRA[col]) * _COL_ITEMSIZE[col],
+                         (self.n + _COL_EXTRA[col]) * _COL_ITEMSIZE[col] if self.cols[col] else 0)
+        self.cap_n = cap
+        self.p_offset = <int64_t*>self.cols[_C_OFFSET]
+        self.p_timestamp = <int64_t*>self.cols[_C_TIMESTAMP]
+        self.p_ts_type = <int8_t*>self.cols[_C_TS_TYPE]
+        self.p_key_off = <int32_t*>self.cols[_C_KEY_OFF]
+        self.p_key_valid = <uint8_t*>self.cols[_C_KEY_VALID]
+        self.p_value_off = <int32_t*>self.cols[_C_VALUE_OFF]
+        self.p_value_valid = <uint8_t*>self.cols[_C_VALUE_VALID]
+        self.p_header_off = <int32_t*>self.cols[_C_HEADER_OFF]
+        return 0
+
+    cdef int grow_headers(self, Py_ssize_t cap) except -1:
+        cdef int col
+        for col in range(_C_HKEY_OFF, _C_KEY_DATA):
+            self.resize(col, (cap + _COL_EXTRA[col]) * _COL_ITEMSIZE[col],
+                         (self.m + _COL_EXTRA[col]) * _COL_ITEMSIZE[col] if self.cols[col] else 0)
+        self.cap_m = cap
+        self.p_hkey_off = <int32_t*>self.cols[_C_HKEY_OFF]
+        self.p_hvalue_off = <int32_t*>self.cols[_C_HVALUE_OFF]
+        self.p_hvalue_valid = <uint8_t*>self.cols[_C_HVALUE_VALID]
+        return 0
+
+    cdef int grow_data(self, int d, Py_ssize_t cap) except -1:
+        self.resize(_C_KEY_DATA + d, cap, self.dlen[d])
+        self.dcap[d] = self.caps[_C_KEY_DATA + d]
+        self.dptr[d] = <uint8_t*>self.cols[_C_KEY_DATA + d]
+        return 0
+
+    cdef inline int reserve_records(self, Py_ssize_t k) except -1:
+        cdef Py_ssize_t need = self.n + k
+        if need > self.cap_n:
+            self.grow_records(need if need > 2 * self.cap_n else 2 * self.cap_n)
+        return 0
+
+    cdef inline int reserve_headers(self, Py_ssize_t k) except -1:
+        cdef Py_ssize_t need = self.m + k
+        if need > self.cap_m:
+            self.grow_headers(need if need > 2 * self.cap_m else 2 * self.cap_m)
+        return 0
+
+    cdef int make_room(self, int d, Py_ssize_t need) except -1:
+        if need > 0x7FFFFFFF:
+            raise ProtocolError(f"{_COL_NAMES[_C_KEY_DATA + d]} would exceed 2 GiB "
+                                "(int32 offsets); decode smaller inputs", position=None)
+        self.grow_data(d, need if need > 2 * self.dcap[d] else 2 * self.dcap[d])
+        return 0
+
+    cdef inline int put_data(self, int d, const uint8_t* p, Py_ssize_t k) except -1:
+        cdef Py_ssize_t need = self.dlen[d] + k
+        if need > self.dcap[d]:
+            self.make_room(d, need)
+        memcpy(self.dptr[d] + self.dlen[d], p, k)
+        self.dlen[d] = need
+        return 0
+
+    cdef int put_bytes(self, int d, bytes b) except -1:
+        return self.put_data(d, <const uint8_t*>PyBytes_AS_STRING(b), len(b))
+
+    cdef int append_record(self, Record r) except -1:
+        # The slow path for legacy messages (already decoded into Records).
+        cdef Py_ssize_t n = self.n
+        self.reserve_records(1)
+        self.p_offset[n] = r.offset
+        self.p_timestamp[n] = r.timestamp
+        self.p_ts_type[n] = <int8_t>r.timestamp_type
+        self.p_key_valid[n] = r.key is not None
+        if r.key is not None:
+            self.put_bytes(0, r.key)
+        self.p_key_off[n + 1] = <int32_t>self.dlen[0]
+        self.p_value_valid[n] = r.value is not None
+        if r.value is not None:
+            self.put_bytes(1, r.value)
+        self.p_value_off[n + 1] = <int32_t>self.dlen[1]
+        self.p_header_off[n + 1] = <int32_t>self.m
+        self.n = n + 1
+        return 0
+
+    def finish(self):
+        cdef int col
+        cdef Py_ssize_t nbytes
+        cdef _ColumnBuffer cb
+        out = {"num_records": self.n}
+        for col in range(_C_COUNT):
+            if col < _C_HKEY_OFF:
+                nbytes = (self.n + _COL_EXTRA[col]) * _COL_ITEMSIZE[col]
+            elif col < _C_KEY_DATA:
+                nbytes = (self.m + _COL_EXTRA[col]) * _COL_ITEMSIZE[col]
+            else:
+                nbytes = self.dlen[col - _C_KEY_DATA]
+            if self.caps[col] > 2 * nbytes + _POOL_MIN_BLOCK:
+                # mostly unused: copy out and leave the big block to the pool
+                self.resize(col, nbytes, nbytes)
+            cb = _ColumnBuffer.__new__(_ColumnBuffer)
+            cb.ptr = self.cols[col]
+            cb.cap = self.caps[col]
+            self.cols[col] = NULL
+            self.caps[col] = 0
+            cb.nbytes = nbytes
+            cb.itemsize = _COL_ITEMSIZE[col]
+            cb.shape[0] = nbytes // cb.itemsize
+            cb.strides[0] = cb.itemsize
+            cb.fmt = _COL_FORMATS[col]
+            out[_COL_NAMES[col]] = memoryview(cb)
+        return out
+
+
+cdef inline int _col_put(_RecColumns s, int d, uint8_t** dp, Py_ssize_t* dl, Py_ssize_t* dc,
+                         const uint8_t* p, Py_ssize_t k) except -1:
+    # append k bytes to data column d, whose pointer/length/capacity the caller keeps in
+    # locals (dp/dl/dc); grow through the sink when full
+    if dl[d] + k > dc[d]:
+        s.dlen[d] = dl[d]
+        s.make_room(d, dl[d] + k)
+        dp[d] = s.dptr[d]
+        dc[d] = s.dcap[d]
+    _rec_copy(dp[d] + dl[d], p, k)
+    dl[d] += k
+    return 0
+
+
+def decode_columns(data, check_crc=True):
+    """Decode every user record in ``data`` into column buffers, with no per-record object.
+
+    Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
+    (int8); ``key_offsets``/``value_offsets`` (int32, n+1) into ``key_data``/``value_data``
+    (uint8) with ``key_valid``/``value_valid`` (bool); ``header_offsets`` (int32, n+1) into
+    the flattened headers: ``header_key_offsets`` + ``header_key_data`` (UTF-8),
+    ``header_value_offsets`` + ``header_value_data`` + ``header_value_valid``.  Every column
+    is a read-only memoryview with its item format (``q``, ``i``, ``b``, ``?``, ``B``):
+    numpy.asarray / pyarrow.py_buffer take them without copying (``bytes(col)`` copies).
+    Control batches are left out, as in iter_records.  The memory of big columns goes back
+    to a small reuse pool (at most 64 MiB) when they are freed.
+    """
+    cdef _RecDecoder dec = _RecDecoder(data, check_crc, None, -1, -1)
+    cdef _RecEntry e
+    cdef Py_ssize_t pos = 0, hint = 0, size
+    cdef int32_t count
+    # size the columns from the batch headers (records count of complete v2 entries)
+    while dec.end - pos >= _V2_HEADER:
+        size = <int32_t>ld_be32(dec.buf + pos + 8)
+        if size < _MIN_ENTRY_SIZE or size > dec.end - pos - _LOG_OVERHEAD:
+            break
+        count = <int32_t>ld_be32(dec.buf + pos + 57)
+        if dec.buf[pos + 16] == 2 and count > 0:
+            hint += count if count < size else size
+        pos += _LOG_OVERHEAD + size
+    dec.sink = _RecColumns(hint, dec.end)
+    while dec.next_entry(&e):
+        pass
+    return dec.sink.finish()
+
+
+# --- building ---------------------------------------------------------------------------
+
+cdef struct _RecWriter:
+    uint8_t* data
+    Py_ssize_t len
+    Py_ssize_t cap
+
+
+cdef int _w_reserve(_RecWriter* w, Py_ssize_t n) except -1:
+    cdef Py_ssize_t cap
+    cdef void* p
+    if w.len + n <= w.cap:
+        return 0
+    cap = w.cap * 2
+    if cap < w.len + n:
+        cap = w.len + n
+    if cap < 256:
+        cap = 256
+    p = PyMem_Realloc(w.data, cap)
+    if p == NULL:
+        raise MemoryError()
+    w.data = <uint8_t*>p
+    w.cap = cap
+    return 0
+
+
+cdef inline int _w_uvarint(_RecWriter* w, uint64_t v) except -1:
+    _w_reserve(w, 10)
+    while v >= 0x80:
+        w.data[w.len] = <uint8_t>(v | 0x80)
+        w.len += 1
+        v >>= 7
+    w.data[w.len] = <uint8_t>v
+    w.len += 1
+    return 0
+
+
+cdef inline int _w_zz(_RecWriter* w, int64_t v) except -1:
+    return _w_uvarint(w, (<uint64_t>v << 1) ^ <uint64_t>(v >> 63))
+
+
+cdef inline int _w_raw(_RecWriter* w, const void* p, Py_ssize_t n) except -1:
+    _w_reserve(w, n)
+    memcpy(w.data + w.len, p, n)
+    w.len += n
+    return 0
+
+
+cdef int _w_nullable(_RecWriter* w, object b) except -1:
+    # varint length + bytes, -1 for None; anything with the buffer protocol is accepted
+    cdef Py_buffer view
+    if b is None:
+        return _w_zz(w, -1)
+    PyObject_GetBuffer(b, &view, PyBUF_SIMPLE)
+    try:
+        _w_zz(w, view.len)
+        _w_raw(w, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+cdef inline void _st_be(uint8_t* p, uint64_t v, int n) noexcept:
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        p[i] = <uint8_t>v
+        v >>= 8
+
+
+cdef object _rec_compress(int codec, bytes data):
+    cdef Py_ssize_t i, n
+    if codec == 1:
+        return bytes(_cramjam.gzip.compress(data))
+    if codec == 2:
+        # xerial framing, as the Java producer writes it
+        out = bytearray(_XERIAL_HEADER)
+        n = len(data)
+        mv = memoryview(data)
+        for i in range(0, n, _XERIAL_BLOCK):
+            block = _cramjam.snappy.compress_raw(mv[i:i + _XERIAL_BLOCK])
+            out += len(block).to_bytes(4, "big")
+            out += block
+        return bytes(out)
+    if codec == 3:
+        # independent blocks: the Java consumer does not accept linked LZ4 blocks
+        comp = _cramjam.lz4.Compressor(None, False, False)
+        comp.compress(data)
+        return bytes(comp.finish())
+    return bytes(_cramjam.zstd.compress(data))
+
+
+def build_batch(records, base_offset=0, compression="none", *, magic=2, producer_id=-1,
+                producer_epoch=-1, base_sequence=-1, is_transactional=False, timestamp_type=0,
+                partition_leader_epoch=-1, is_control=False):
+    """Encode one magic-2 record batch.  Each record is ``(key, value, headers, timestamp_ms)``
+    with key/value bytes-like or None, headers an iterable of ``(str, bytes-like | None)``,
+    and timestamp_ms an int (None: now).  Offsets are base_offset, base_offset + 1, ...
+    """
+    cdef _RecWriter body, rec
+    cdef int64_t first_ts = -1, max_ts = -1, ts
+    cdef int32_t i, count
+    cdef int codec
+    cdef uint8_t* h
+    cdef int attributes
+    if magic != 2:
+        raise ValueError(f"build_batch encodes magic 2 only, not {magic!r}")
+    try:
+        codec = _CODEC_NAMES.index(compression)
+    except ValueError:
+        raise ValueError(f"unknown compression {compression!r}; use one of {_CODEC_NAMES}") from None
+    if timestamp_type not in (0, 1):
+        raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type!r}")
+    items = []
+    now_ms = None
+    for item in records:
+        key, value, headers, timestamp = item
+        if timestamp is None:
+            if now_ms is None:
+                now_ms = int(_time.time() * 1000)
+            timestamp = now_ms
+        items.append((key, value, headers, timestamp))
+    count = len(items)
+    if count:
+        first_ts = items[0][3]
+        max_ts = max(it[3] for it in items)
+    body.data = NULL
+    body.len = body.cap = 0
+    rec.data = NULL
+    rec.len = rec.cap = 0
+    try:
+        for i in range(count):
+            key, value, headers, timestamp = items[i]
+            ts = timestamp
+            rec.len = 0
+            _w_raw(&rec, b"\x00", 1)                       # record attributes
+            _w_zz(&rec, _rec_add64(ts, -first_ts))
+            _w_zz(&rec, i)
+            _w_nullable(&rec, key)
+            _w_nullable(&rec, value)
+            hl = list(headers) if headers is not None else []
+            _w_zz(&rec, len(hl))
+            for hk, hv in hl:
+                if not isinstance(hk, str):
+                    raise TypeError(f"header keys must be str, not {type(hk).__name__}")
+                _w_nullable(&rec, (<str>hk).encode("utf-8", "surrogateescape"))
+                _w_nullable(&rec, hv)
+            _w_zz(&body, rec.len)
+            _w_raw(&body, rec.data, rec.len)
+        payload = PyBytes_FromStringAndSize(<const char*>body.data, body.len)
+    finally:
+        PyMem_Free(body.data)
+        PyMem_Free(rec.data)
+    if codec:
+        payload = _rec_compress(codec, payload)
+    attributes = codec | (timestamp_type << 3) | (0x10 if is_transactional else 0) | (0x20 if is_control else 0)
+    out = PyBytes_FromStringAndSize(NULL, _V2_HEADER + len(payload))
+    h = <uint8_t*>PyBytes_AS_STRING(out)
+    _st_be(h, <uint64_t><int64_t>base_offset, 8)
+    _st_be(h + 8, <uint32_t>(_V2_HEADER - _LOG_OVERHEAD + len(payload)), 4)
+    _st_be(h + 12, <uint32_t><int32_t>partition_leader_epoch, 4)
+    h[16] = 2
+    _st_be(h + 21, <uint16_t>attributes, 2)
+    _st_be(h + 23, <uint32_t><int32_t>(count - 1 if count else 0), 4)
+    _st_be(h + 27, <uint64_t>first_ts, 8)
+    _st_be(h + 35, <uint64_t>max_ts, 8)
+    _st_be(h + 43, <uint64_t><int64_t>producer_id, 8)
+    _st_be(h + 51, <uint16_t><int16_t>producer_epoch, 2)
+    _st_be(h + 53, <uint32_t><int32_t>base_sequence, 4)
+    _st_be(h + 57, <uint32_t>count, 4)
+    memcpy(h + _V2_HEADER, PyBytes_AS_STRING(payload), len(payload))
+    _st_be(h + 17, <uint32_t>_crc32c(_rec_view(h + _V2_CRC_START, len(payload) + _V2_HEADER - _V2_CRC_START)), 4)
+    return out

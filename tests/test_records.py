@@ -1,0 +1,697 @@
+"""The record layer against independent encoders and decoders (kafka-python, aiokafka).
+
+Every test runs on both twins through the `codec` fixture (compiled kwire._codec and pure
+kwire._pycodec).  Golden bytes come from kafka-python's builders (or are assembled here from
+the wire layout with zlib/gzip/crc32c, where kafka-python cannot produce them); kwire's
+build_batch output is read back by kafka-python's and aiokafka's readers.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zlib
+
+import cramjam
+import pytest
+import xxhash
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+
+from kwire.errors import CorruptRecordError, KwireError, UnsupportedCompressionError
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+KP_CODEC = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+def sample_records(n=20, base_ts=1_700_000_000_000):
+    """(key, value, headers, timestamp) with null keys/values, empty and unicode headers."""
+    out = []
+    for i in range(n):
+        key = None if i % 5 == 0 else b"key-%d" % i
+        value = None if i % 7 == 3 else (b"value-%d-" % i) * (i % 4 + 1)
+        headers = []
+        if i % 2:
+            headers.append(("trace-id", b"t%d" % i))
+        if i % 3 == 1:
+            headers.append(("ünïcode-ключ", None))
+            headers.append(("", b""))
+        out.append((key, value, headers, base_ts + i * 13 - (i % 3) * 50))
+    return out
+
+
+def kp_v2(records, base_offset=0, compression="none", *, transactional=False, producer_id=-1,
+          producer_epoch=-1, base_sequence=-1):
+    """A v2 batch from kafka-python's builder (offset deltas start at base_offset, as the
+    kafka-python producer writes them; the batch base offset field is 0)."""
+    b = MemoryRecordsBuilder(2, KP_CODEC[compression], 1 << 24, offset=base_offset,
+                             transactional=transactional, producer_id=producer_id,
+                             producer_epoch=producer_epoch, base_sequence=base_sequence)
+    for key, value, headers, ts in records:
+        assert b.append(ts, key, value, headers) is not None
+    b.close()
+    return bytes(b.buffer())
+
+
+def set_base_offset(batch, base_offset):
+    """Rewrite the (CRC-free) base offset field: what the broker does on append."""
+    return struct.pack(">q", base_offset) + batch[8:]
+
+
+def v2_patch(batch, *, attributes_or=0, max_timestamp=None, records_count=None,
+             leader_epoch=None, recrc=True):
+    b = bytearray(batch)
+    if attributes_or:
+        b[21:23] = (int.from_bytes(b[21:23], "big") | attributes_or).to_bytes(2, "big")
+    if max_timestamp is not None:
+        b[35:43] = struct.pack(">q", max_timestamp)
+    if records_count is not None:
+        b[57:61] = struct.pack(">i", records_count)
+    if leader_epoch is not None:
+        b[12:16] = struct.pack(">i", leader_epoch)
+    if recrc:
+        b[17:21] = crc32c(bytes(b[21:])).to_bytes(4, "big")
+    return bytes(b)
+
+
+def v2_recompress(batch, codec_id, compressed_records):
+    """Swap the records section of an uncompressed v2 batch for `compressed_records`."""
+    head = bytearray(batch[:61])
+    head[8:12] = struct.pack(">i", 49 + len(compressed_records))
+    head[21:23] = ((int.from_bytes(head[21:23], "big") & ~7) | codec_id).to_bytes(2, "big")
+    out = bytes(head) + compressed_records
+    return v2_patch(out)
+
+
+def legacy_message(offset, magic, key, value, *, attributes=0, timestamp=None):
+    """One legacy message assembled from the wire layout (CRC-32 over magic..end)."""
+    body = struct.pack(">bB", magic, attributes)
+    if magic == 1:
+        body += struct.pack(">q", timestamp)
+    for field in (key, value):
+        body += struct.pack(">i", -1) if field is None else struct.pack(">i", len(field)) + field
+    crc = zlib.crc32(body)
+    return struct.pack(">qiI", offset, len(body) + 4, crc) + body
+
+
+def expected(records, first_offset, *, ts_type=0, leader_epoch=-1, max_ts=None, topic=None,
+             partition=-1):
+    out = []
+    for i, (key, value, headers, ts) in enumerate(records):
+        if ts_type == 1:
+            ts = max_ts
+        out.append((first_offset + i, ts, ts_type, key, value, list(headers), topic, partition,
+                    leader_epoch))
+    return out
+
+
+def tuples(records):
+    return [r.to_tuple() for r in records]
+
+
+def column_tuples(cols):
+    """Rebuild record tuples (without topic/partition/leader_epoch) from decode_columns."""
+    n = cols["num_records"]
+    c = {k: (v.tolist() if isinstance(v, memoryview) and v.format != "B" else v)
+         for k, v in cols.items()}
+    kd, vd = bytes(cols["key_data"]), bytes(cols["value_data"])
+    hkd, hvd = bytes(cols["header_key_data"]), bytes(cols["header_value_data"])
+    out = []
+    for i in range(n):
+        key = kd[c["key_offsets"][i]:c["key_offsets"][i + 1]] if c["key_valid"][i] else None
+        value = vd[c["value_offsets"][i]:c["value_offsets"][i + 1]] if c["value_valid"][i] else None
+        headers = []
+        for j in range(c["header_offsets"][i], c["header_offsets"][i + 1]):
+            hk = hkd[c["header_key_offsets"][j]:c["header_key_offsets"][j + 1]].decode(
+                "utf-8", "surrogateescape")
+            hv = (hvd[c["header_value_offsets"][j]:c["header_value_offsets"][j + 1]]
+                  if c["header_value_valid"][j] else None)
+            headers.append((hk, hv))
+        out.append((c["offset"][i], c["timestamp"][i], c["timestamp_type"][i], key, value, headers))
+    return out
+
+
+def check_columns(codec, data, check_crc=True):
+    """decode_columns must agree with iter_records on any valid input."""
+    want = [t[:6] for t in tuples(codec.iter_records(data, check_crc))]
+    assert column_tuples(codec.decode_columns(data, check_crc)) == want
+
+
+# --- magic 2 golden bytes from kafka-python -------------------------------------------------
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_v2_golden_kafka_python(codec, compression):
+    recs = sample_records(30)
+    batch = set_base_offset(kp_v2(recs, 0, compression), 1000)
+    data = batch + set_base_offset(kp_v2(recs[:3], 0, compression), 2000)
+    got = tuples(codec.iter_records(data, topic="orders", partition=4))
+    want = (expected(recs, 1000, leader_epoch=0, topic="orders", partition=4)
+            + expected(recs[:3], 2000, leader_epoch=0, topic="orders", partition=4))
+    assert got == want
+    batches = list(codec.iter_batches(data))
+    # (kafka-python leaves a batch uncompressed when compression would not shrink it)
+    assert batches[0].compression == compression
+    b = batches[0]
+    assert (b.base_offset, b.last_offset, b.magic, len(b)) == (1000, 1029, 2, 30)
+    assert (b.is_transactional, b.is_control, b.producer_id, b.producer_epoch, b.base_sequence) == (
+        False, False, -1, -1, -1)
+    assert b.first_timestamp == recs[0][3]
+    assert b.max_timestamp == max(r[3] for r in recs)
+    assert b.timestamp_type == 0
+    assert b.size_bytes == len(batch)
+    assert [r.to_tuple()[:6] for r in b.records] == [t[:6] for t in want[:30]]
+    check_columns(codec, data)
+
+
+def test_v2_kafka_python_offsets_as_written(codec):
+    # kafka-python's producer writes base offset 0 and deltas from its own counter
+    recs = sample_records(4)
+    data = kp_v2(recs, 100)
+    assert [r.offset for r in codec.iter_records(data)] == [100, 101, 102, 103]
+    (batch,) = codec.iter_batches(data)
+    assert (batch.base_offset, batch.last_offset) == (0, 103)
+
+
+def test_v2_transactional_fields(codec):
+    recs = sample_records(5)
+    data = set_base_offset(kp_v2(recs, 0, "lz4", transactional=True, producer_id=123456789012,
+                                 producer_epoch=7, base_sequence=42), 77)
+    (b,) = codec.iter_batches(data)
+    assert b.is_transactional and not b.is_control
+    assert (b.producer_id, b.producer_epoch, b.base_sequence) == (123456789012, 7, 42)
+    assert tuples(codec.iter_records(data)) == expected(recs, 77, leader_epoch=0)
+
+
+def test_v2_control_batch(codec):
+    # a COMMIT marker: key = version int16 0 + type int16 1; value = version + coordinator epoch
+    marker = kp_v2([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05", [], 1234)], 0,
+                   transactional=True, producer_id=9, producer_epoch=1, base_sequence=0)
+    marker = v2_patch(set_base_offset(marker, 10), attributes_or=0x20)
+    user = set_base_offset(kp_v2(sample_records(3), 0), 11)
+    data = marker + user
+    assert [r.offset for r in codec.iter_records(data)] == [11, 12, 13]
+    batches = list(codec.iter_batches(data))
+    assert [b.is_control for b in batches] == [True, False]
+    assert batches[0].is_transactional
+    (ctl,) = batches[0].records
+    assert (ctl.offset, ctl.key, ctl.value) == (10, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05")
+    assert column_tuples(codec.decode_columns(data)) == [
+        t[:6] for t in tuples(codec.iter_records(data))]
+    # our own encoder writes the same control batch
+    ours = codec.build_batch([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05", [], 1234)], 10,
+                             producer_id=9, producer_epoch=1, base_sequence=0,
+                             is_transactional=True, is_control=True, partition_leader_epoch=0)
+    assert ours == marker
+
+
+def test_v2_log_append_time(codec):
+    recs = sample_records(6)
+    data = v2_patch(set_base_offset(kp_v2(recs, 0, "gzip"), 500), attributes_or=0x08,
+                    max_timestamp=1_800_000_000_000)
+    got = tuples(codec.iter_records(data))
+    assert got == expected(recs, 500, ts_type=1, max_ts=1_800_000_000_000, leader_epoch=0)
+    (b,) = codec.iter_batches(data)
+    assert b.timestamp_type == 1 and b.max_timestamp == 1_800_000_000_000
+    check_columns(codec, data)
+
+
+def test_v2_leader_epoch(codec):
+    data = v2_patch(kp_v2(sample_records(2)), leader_epoch=-1)
+    assert {r.leader_epoch for r in codec.iter_records(data, leader_epoch_default=3)} == {3}
+    data = v2_patch(kp_v2(sample_records(2)), leader_epoch=12)
+    assert {r.leader_epoch for r in codec.iter_records(data, leader_epoch_default=3)} == {12}
+    (b,) = codec.iter_batches(data)
+    assert b.partition_leader_epoch == 12
+
+
+def test_empty_v2_batch(codec):
+    # compaction can leave a batch with no records (it keeps the producer state)
+    data = codec.build_batch([], 40) + codec.build_batch([(b"k", b"v", [], 1)], 41)
+    assert [r.offset for r in codec.iter_records(data)] == [41]
+    batches = list(codec.iter_batches(data))
+    assert [len(b) for b in batches] == [0, 1]
+    check_columns(codec, data)
+
+
+def test_mixed_magic_in_one_buffer(codec):
+    # after a message-format upgrade a Fetch response can hold v1 messages then v2 batches
+    v1 = legacy_message(5, 1, b"a", b"1", timestamp=111)
+    v2 = codec.build_batch([(b"b", b"2", [("h", b"x")], 222)], 6)
+    got = [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers)
+           for r in codec.iter_records(v1 + v2)]
+    assert got == [(5, 111, 0, b"a", b"1", []), (6, 222, 0, b"b", b"2", [("h", b"x")])]
+    check_columns(codec, v1 + v2)
+
+
+# --- xerial / raw snappy, lz4 checksums --------------------------------------------------------
+
+def test_snappy_xerial_multiblock(codec):
+    # kafka-python (like the Java producer) writes xerial framing in 32 KiB blocks
+    recs = [(b"k%d" % i, os.urandom(200) + b"x" * 300, [], 1000 + i) for i in range(200)]
+    data = kp_v2(recs, 0, "snappy")
+    assert data[61:69] == b"\x82SNAPPY\x00"
+    (length,) = struct.unpack_from(">i", data, 61 + 16)
+    assert length < len(data) - 61 - 20, "expected more than one xerial block"
+    assert tuples(codec.iter_records(data)) == expected(recs, 0, leader_epoch=0)
+
+
+def test_snappy_raw(codec):
+    recs = sample_records(10)
+    plain = kp_v2(recs)
+    data = v2_recompress(plain, 2, bytes(cramjam.snappy.compress_raw(plain[61:])))
+    assert not data[61:].startswith(b"\x82SNAPPY")
+    assert tuples(codec.iter_records(data)) == expected(recs, 0, leader_epoch=0)
+
+
+def _lz4_header_checksum_broken(frame):
+    flg = frame[4]
+    dlen = 2 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
+    good = (xxhash.xxh32_intdigest(frame[4:4 + dlen]) >> 8) & 0xFF
+    return frame[4 + dlen] != good
+
+
+def test_legacy_lz4_broken_header_checksum(codec):
+    # Kafka 0.8/0.9 (magic 0) computed the LZ4 header checksum over the magic number too;
+    # kafka-python's magic-0 builder reproduces that bug
+    b = LegacyRecordBatchBuilder(magic=0, compression_type=3, batch_size=1 << 20)
+    for i in range(4):
+        b.append(i, None, b"k%d" % i, b"v%d" % i)
+    data = bytes(b.build())
+    assert _lz4_header_checksum_broken(data[26 + 4:])   # wrapper value after its length
+    got = [(r.offset, r.key, r.value, r.timestamp, r.timestamp_type) for r in codec.iter_records(data)]
+    assert got == [(i, b"k%d" % i, b"v%d" % i, -1, -1) for i in range(4)]
+
+
+def test_v2_lz4_broken_header_checksum_rejected(codec):
+    # only legacy messages get the compatibility fix; a v2 batch must carry a valid frame
+    plain = kp_v2(sample_records(4))
+    frame = bytearray(cramjam.lz4.compress(plain[61:]))
+    frame[6] ^= 0xFF
+    data = v2_recompress(plain, 3, bytes(frame))
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(data))
+
+
+# --- legacy golden bytes -------------------------------------------------------------------
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4"])
+def test_legacy_golden_kafka_python(codec, magic, compression):
+    b = MemoryRecordsBuilder(magic, KP_CODEC[compression], 1 << 20, offset=50)
+    rows = [(2000 + i, None if i == 1 else b"k%d" % i, None if i == 2 else b"v%d" % i * 20)
+            for i in range(5)]
+    for ts, key, value in rows:
+        b.append(ts, key, value)
+    b.close()
+    data = bytes(b.buffer())
+    if compression != "none":
+        # the broker sets the wrapper offset to the last inner offset
+        data = set_base_offset(data, 54)
+    want = [(50 + i, ts if magic == 1 else -1, 0 if magic == 1 else -1, key, value, [])
+            for i, (ts, key, value) in enumerate(rows)]
+    assert [t[:6] for t in tuples(codec.iter_records(data))] == want
+    batches = list(codec.iter_batches(data))
+    assert {b.magic for b in batches} == {magic}
+    assert {b.compression for b in batches} == {compression}
+    assert batches[-1].last_offset == 54
+    assert batches[0].base_offset == 50
+    check_columns(codec, data)
+
+
+def _wrapper(offset, magic, inner, codec_id, compressed, *, timestamp=None, ts_type=0):
+    return legacy_message(offset, magic, None, compressed, attributes=codec_id | (ts_type << 3),
+                          timestamp=timestamp)
+
+
+def test_legacy_v1_relative_offsets(codec):
+    # broker-written magic 1: inner offsets 0..n-1, wrapper offset = last absolute offset
+    inner = b"".join(legacy_message(i, 1, b"k%d" % i, b"v%d" % i, timestamp=100 + i)
+                     for i in range(3))
+    data = _wrapper(1002, 1, inner, 1, gzip.compress(inner), timestamp=102)
+    got = [(r.offset, r.timestamp, r.timestamp_type, r.key) for r in codec.iter_records(data)]
+    assert got == [(1000, 100, 0, b"k0"), (1001, 101, 0, b"k1"), (1002, 102, 0, b"k2")]
+    (b,) = codec.iter_batches(data)
+    assert (b.base_offset, b.last_offset, b.max_timestamp, b.first_timestamp) == (1000, 1002, 102, 100)
+
+
+def test_legacy_v1_log_append_time(codec):
+    inner = b"".join(legacy_message(i, 1, None, b"v%d" % i, timestamp=100 + i) for i in range(3))
+    data = _wrapper(7, 1, inner, 1, gzip.compress(inner), timestamp=999, ts_type=1)
+    got = [(r.offset, r.timestamp, r.timestamp_type) for r in codec.iter_records(data)]
+    assert got == [(5, 999, 1), (6, 999, 1), (7, 999, 1)]
+
+
+def test_legacy_v0_absolute_inner_offsets(codec):
+    inner = b"".join(legacy_message(40 + i, 0, None, b"v%d" % i) for i in range(3))
+    data = _wrapper(42, 0, inner, 1, gzip.compress(inner))
+    assert [r.offset for r in codec.iter_records(data)] == [40, 41, 42]
+
+
+def test_legacy_nested_compression_rejected(codec):
+    inner = legacy_message(0, 1, None, gzip.compress(b"x"), attributes=1, timestamp=1)
+    data = _wrapper(0, 1, inner, 1, gzip.compress(inner), timestamp=1)
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(data))
+
+
+def test_legacy_empty_wrapper_rejected(codec):
+    data = _wrapper(0, 1, b"", 1, gzip.compress(b""), timestamp=1)
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(data))
+
+
+# --- our encoder, read by independent decoders ---------------------------------------------
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_build_batch_read_by_kafka_python(codec, compression):
+    recs = sample_records(40)
+    data = codec.build_batch(recs, 300, compression, producer_id=55, producer_epoch=2,
+                             base_sequence=9, is_transactional=True, partition_leader_epoch=4)
+    batch = MemoryRecords(data).next_batch()
+    assert batch.validate_crc()
+    assert (batch.base_offset, batch.is_transactional, batch.producer_id, batch.producer_epoch,
+            batch.base_sequence, batch.leader_epoch) == (300, True, 55, 2, 9, 4)
+    got = [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, list(r.headers))
+           for r in batch]
+    assert got == [t[:6] for t in expected(recs, 300)]
+    # and our decoders read it back
+    assert tuples(codec.iter_records(data)) == expected(recs, 300, leader_epoch=4)
+    check_columns(codec, data)
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_build_batch_read_by_aiokafka(codec, compression):
+    from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+
+    recs = sample_records(25)
+    data = codec.build_batch(recs, 7, compression)
+    batch = AioMemoryRecords(data).next_batch()
+    assert batch.validate_crc()
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+    assert got == [(o, ts, k, v, h) for (o, ts, _, k, v, h, *_) in expected(recs, 7)]
+
+
+def test_build_batch_log_append_time(codec):
+    data = codec.build_batch([(b"a", b"1", [], 10), (b"b", b"2", [], 30)], 0, timestamp_type=1)
+    batch = MemoryRecords(data).next_batch()
+    assert batch.timestamp_type == 1
+    assert [r.timestamp for r in codec.iter_records(data)] == [30, 30]
+
+
+def test_build_batch_accepts_buffers_and_none_timestamp(codec):
+    data = codec.build_batch([(bytearray(b"k"), memoryview(b"v"), [("h", bytearray(b"x"))], None)])
+    (r,) = codec.iter_records(data)
+    assert (r.key, r.value, r.headers) == (b"k", b"v", [("h", b"x")])
+    assert r.timestamp > 1_600_000_000_000
+
+
+@pytest.mark.parametrize("bad", [
+    dict(compression="brotli"), dict(magic=1), dict(timestamp_type=2),
+])
+def test_build_batch_rejects_bad_arguments(codec, bad):
+    with pytest.raises(ValueError):
+        codec.build_batch([(b"k", b"v", [], 1)], **bad)
+
+
+def test_build_batch_rejects_bad_types(codec):
+    with pytest.raises(TypeError):
+        codec.build_batch([("str key", b"v", [], 1)])
+    with pytest.raises(TypeError):
+        codec.build_batch([(b"k", b"v", [(b"bytes header key", b"v")], 1)])
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_twins_build_identical_bytes(compression):
+    from kwire import _codec, _pycodec
+
+    recs = sample_records(50)
+    kw = dict(producer_id=3, producer_epoch=1, base_sequence=5, is_transactional=True)
+    assert _codec.build_batch(recs, 9, compression, **kw) == _pycodec.build_batch(recs, 9, compression, **kw)
+
+
+# --- integrity: CRC, truncation, corruption ---------------------------------------------
+
+def test_v2_crc_failure(codec):
+    data = bytearray(kp_v2([(b"k", b"x" * 50, [], 1)] * 5))
+    data[-20] ^= 0x40                      # inside the last record's value
+    with pytest.raises(CorruptRecordError) as info:
+        list(codec.iter_records(bytes(data)))
+    assert info.value.position == 17
+    assert len(list(codec.iter_records(bytes(data), check_crc=False))) == 5
+    with pytest.raises(CorruptRecordError):
+        codec.decode_columns(bytes(data))
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_batches(bytes(data)))
+
+
+def test_legacy_crc_failure(codec):
+    good = legacy_message(0, 1, b"k", b"value", timestamp=5)
+    data = bytearray(good * 2)
+    data[len(good) + 30] ^= 1
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in codec.iter_records(bytes(data)):
+            got.append(r.offset)
+    assert got == [0] and info.value.position == len(good) + 12
+    assert len(list(codec.iter_records(bytes(data), check_crc=False))) == 2
+
+
+@pytest.mark.parametrize("compression", CODECS)
+def test_trailing_partial_batch_is_skipped(codec, compression):
+    first = codec.build_batch(sample_records(3), 0, compression)
+    second = codec.build_batch(sample_records(4), 3, compression)
+    for cut in range(len(second)):
+        data = first + second[:cut]
+        assert [r.offset for r in codec.iter_records(data)] == [0, 1, 2]
+        assert len(list(codec.iter_batches(data))) == 1
+        assert codec.decode_columns(data)["num_records"] == 3
+
+
+def test_legacy_trailing_partial_message_is_skipped(codec):
+    m = legacy_message(0, 0, b"k", b"v")
+    for cut in range(len(m)):
+        assert [r.offset for r in codec.iter_records(m + m[:cut])] == [0]
+
+
+def test_huge_length_at_end_does_not_allocate(codec):
+    # a size field claiming ~2 GiB at the end looks like a truncated entry: skipped
+    data = codec.build_batch([(b"k", b"v", [], 1)]) + struct.pack(">qi", 1, 0x7FFFFFF0) + b"\x00" * 50
+    assert len(list(codec.iter_records(data))) == 1
+
+
+def test_huge_records_count_rejected(codec):
+    data = v2_patch(codec.build_batch([(b"k", b"v", [], 1)]), records_count=0x7FFFFFFF)
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(data))
+    with pytest.raises(CorruptRecordError):
+        codec.decode_columns(data)
+
+
+def test_snappy_huge_claimed_length_rejected(codec):
+    # cramjam would try to allocate the claimed size (and abort the process if it cannot)
+    plain = kp_v2(sample_records(2))
+    block = b"\x80\x80\x80\x80\x0c" + b"\x00" * 20          # claims 3 GiB
+    for payload in (block, b"\x82SNAPPY\x00" + b"\x00\x00\x00\x01" * 2 + struct.pack(">i", len(block)) + block):
+        data = v2_recompress(plain, 2, payload)
+        with pytest.raises(CorruptRecordError):
+            list(codec.iter_records(data))
+
+
+def test_unknown_compression(codec):
+    data = v2_patch(kp_v2(sample_records(2)), attributes_or=0x05)
+    with pytest.raises(UnsupportedCompressionError) as info:
+        list(codec.iter_records(data))
+    assert info.value.position == 21
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 100])
+def test_records_count_mismatch(codec, count):
+    data = v2_patch(kp_v2(sample_records(2)), records_count=count)
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(data))
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_batches(data))
+
+
+def test_record_length_disagrees_with_content(codec):
+    data = bytearray(codec.build_batch([(b"key", b"value", [], 1), (b"k2", b"v2", [], 2)]))
+    assert data[61] == 2 * 14                     # first record's length varint (zigzag 14)
+    for delta in (-2, -1, 1, 2):
+        bad = bytearray(data)
+        bad[61] = 2 * (14 + delta)
+        with pytest.raises(CorruptRecordError) as info:
+            list(codec.iter_records(v2_patch(bytes(bad))))
+        assert 61 <= info.value.position <= 61 + 16     # within the first record
+
+
+def test_bad_magic_and_short_sizes(codec):
+    good = codec.build_batch([(b"k", b"v", [], 1)])
+    bad_magic = good[:16] + b"\x03" + good[17:]
+    with pytest.raises(CorruptRecordError) as info:
+        list(codec.iter_records(good + bad_magic))
+    assert info.value.position == len(good) + 16
+    short = struct.pack(">qi", 0, 13) + b"\x00" * 13
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(short))
+    short_v2 = struct.pack(">qi", 0, 30) + b"\x00" * 4 + b"\x02" + b"\x00" * 25
+    with pytest.raises(CorruptRecordError):
+        list(codec.iter_records(short_v2))
+
+
+def test_corrupt_compressed_payload(codec):
+    for compression in ("gzip", "snappy", "lz4", "zstd"):
+        plain = kp_v2(sample_records(3))
+        data = v2_recompress(plain, KP_CODEC[compression], b"\x00garbage" * 4)
+        with pytest.raises(CorruptRecordError) as info:
+            list(codec.iter_records(data))
+        assert info.value.position == 0
+
+
+def test_iterator_is_finished_after_an_error(codec):
+    data = codec.build_batch([(b"k", b"v", [], 1)])
+    bad = bytearray(data)
+    bad[-1] ^= 1
+    it = codec.iter_records(bytes(bad))
+    with pytest.raises(KwireError):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_inputs_of_any_buffer_type(codec):
+    data = codec.build_batch(sample_records(3), 0, "zstd")
+    want = tuples(codec.iter_records(data))
+    for wrapped in (bytearray(data), memoryview(data), memoryview(b"xx" + data)[2:]):
+        assert tuples(codec.iter_records(wrapped)) == want
+    with pytest.raises(TypeError):
+        codec.iter_records("not bytes")
+
+
+# --- the objects ------------------------------------------------------------------------
+
+def test_record_object(codec):
+    r = codec.Record(5, 1000, 0, b"k", None, [("h", b"v")], "t", 2, 3)
+    assert r.to_tuple() == (5, 1000, 0, b"k", None, [("h", b"v")], "t", 2, 3)
+    assert r == codec.Record(5, 1000, 0, b"k", None, [("h", b"v")], "t", 2, 3)
+    assert r != codec.Record(5, 1000, 0, b"k", None, [("h", b"v")], "t", 2, 4)
+    assert repr(r).startswith("Record(offset=5, timestamp=1000")
+    assert pickle.loads(pickle.dumps(r)) == r
+    with pytest.raises(TypeError):
+        hash(r)
+    r.topic, r.partition, r.leader_epoch = "other", 9, 1
+    assert (r.topic, r.partition, r.leader_epoch) == ("other", 9, 1)
+    d = codec.Record(1, 2, 0, None, None)
+    assert (d.headers, d.topic, d.partition, d.leader_epoch) == ([], None, -1, -1)
+
+
+def test_record_batch_object(codec):
+    data = codec.build_batch(sample_records(3), 10, "gzip")
+    (b,) = codec.iter_batches(data)
+    (b2,) = codec.iter_batches(data)
+    assert b == b2 and len(b) == 3 and [r.offset for r in b] == [10, 11, 12]
+    assert pickle.loads(pickle.dumps(b)) == b
+    assert "compression='gzip'" in repr(b)
+
+
+def test_topic_partition_on_records(codec):
+    data = codec.build_batch(sample_records(2), 0)
+    assert {(r.topic, r.partition) for r in codec.iter_records(data, topic="t", partition=7)} == {("t", 7)}
+
+
+# --- columns -> Arrow -------------------------------------------------------------------
+
+def test_columns_layout(codec):
+    data = codec.build_batch(sample_records(12), 100, "lz4")
+    cols = codec.decode_columns(data)
+    n = cols["num_records"]
+    assert n == 12
+    formats = {"offset": "q", "timestamp": "q", "timestamp_type": "b", "key_offsets": "i",
+               "key_valid": "?", "value_offsets": "i", "value_valid": "?",
+               "header_offsets": "i", "header_key_offsets": "i", "header_value_offsets": "i",
+               "header_value_valid": "?", "key_data": "B", "value_data": "B",
+               "header_key_data": "B", "header_value_data": "B"}
+    for name, fmt in formats.items():
+        assert cols[name].format == fmt, name
+        assert cols[name].readonly
+    for name in ("key_offsets", "value_offsets", "header_offsets"):
+        assert len(cols[name]) == n + 1
+    m = len(cols["header_value_valid"])
+    assert len(cols["header_key_offsets"]) == len(cols["header_value_offsets"]) == m + 1
+    assert cols["header_offsets"][n] == m
+
+
+def test_to_arrow(codec):
+    pa = pytest.importorskip("pyarrow")
+    from kwire.records import to_arrow
+
+    recs = sample_records(15)
+    data = codec.build_batch(recs, 0, "snappy") + codec.build_batch(recs[:2], 15)
+    table = to_arrow(codec.decode_columns(data), topic="t", partition=2)
+    table.validate(full=True)
+    rows = table.to_pylist()
+    want = tuples(codec.iter_records(data, topic="t", partition=2))
+    assert [r["offset"] for r in rows] == [w[0] for w in want]
+    assert [r["key"] for r in rows] == [w[3] for w in want]
+    assert [r["value"] for r in rows] == [w[4] for w in want]
+    assert [[(h["key"], h["value"]) for h in r["headers"]] for r in rows] == [w[5] for w in want]
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [w[1] for w in want]
+    assert table.column("topic").to_pylist() == ["t"] * len(rows)
+    assert table.schema.field("headers").type == pa.list_(
+        pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def test_columns_survive_the_source(codec):
+    np = pytest.importorskip("numpy")
+    data = bytearray(codec.build_batch(sample_records(5), 0))
+    cols = codec.decode_columns(data)
+    data[:] = b"\x00" * len(data)
+    assert np.asarray(cols["offset"]).tolist() == [0, 1, 2, 3, 4]
+
+
+# --- implementation choice --------------------------------------------------------------
+
+def _run(code, **env):
+    full = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for k in ("KWIRE_PURE", "KWIRE_REQUIRE_EXTENSION"):
+        full.pop(k, None)
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True)
+
+
+def test_public_module_picks_the_implementation():
+    code = "from kwire import records; print(records.IMPLEMENTATION, records.Record.__module__)"
+    out = _run(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["cython", "kwire._codec"]
+    out = _run(code, KWIRE_PURE="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["python", "kwire._pycodec.records"]
+
+
+def test_missing_extension_is_loud_when_required():
+    code = "import sys; sys.modules['kwire._codec'] = None\nfrom kwire import records; print(records.IMPLEMENTATION)"
+    out = _run(code, KWIRE_REQUIRE_EXTENSION="1")
+    assert out.returncode != 0 and "ImportError" in out.stderr
+    out = _run(code)
+    assert out.returncode == 0 and out.stdout.strip() == "python"
+
+
+def test_columns_large_and_growing(codec):
+    # big columns (mapped blocks, reused from the pool) and columns that must grow well past
+    # their first guess (highly compressible batches decode to far more than their input)
+    big = [(b"k%06d" % i, b"%0100d" % i, [("h", b"v")], i) for i in range(60_000)]
+    compressible = [(None, b"\x00" * 1000, [], i) for i in range(20_000)]
+    for data in (codec.build_batch(big, 0), codec.build_batch(compressible, 0, "zstd")):
+        want = [t[:6] for t in tuples(codec.iter_records(data))]
+        first = codec.decode_columns(data)
+        second = codec.decode_columns(data)       # while the first is alive
+        assert column_tuples(first) == column_tuples(second) == want
+        del first, second
+        assert column_tuples(codec.decode_columns(data)) == want
