@@ -11,9 +11,11 @@ build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
 
 demo: build
+	bash tools/system-deps.sh java
 	$(PYTHON) -m kwire demo $(ARGS)
 
 test: build
+	bash tools/system-deps.sh
 	KWIRE_REQUIRE_EXTENSION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 bench: build
