@@ -136,7 +136,8 @@ GOLDEN = [(n, k, v) for (n, k, v) in CASES if (P.api(n).key, k) in kp_classes]
 
 
 def test_golden_covers_every_api():
-    assert {P.api(n).key for n, _, _ in GOLDEN} == set(P.APIS)
+    # kafka-python has no telemetry (KIP-714) messages; every other API is cross-checked.
+    assert {P.api(n).key for n, _, _ in GOLDEN} == set(P.APIS) - {71, 72}
 
 
 @pytest.mark.parametrize("name,kind,version", GOLDEN, ids=[f"{n}-{k}-v{v}" for n, k, v in GOLDEN])

@@ -391,7 +391,7 @@ def test_tables_match_the_spec_json_shipped_by_kafka_python():
 
     src = Path(kps.__file__).parent / "resources"
     repo = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, str(repo / "tools" / "transcribe_schema.py"), "--no-overrides", str(src)],
+    out = subprocess.run([sys.executable, str(repo / "tools" / "transcribe_schema.py"), "--no-overrides", "--skip-missing", str(src)],
                          check=True, capture_output=True, text=True).stdout
     spec = importlib.util.spec_from_loader("kp_messages", loader=None)
     theirs = importlib.util.module_from_spec(spec)
@@ -408,7 +408,10 @@ def test_tables_match_the_spec_json_shipped_by_kafka_python():
                     res[(name, kind, v)] = build_plan(msg.fields, v, msg.is_flexible(v))
         return res
 
-    a, b = plans(ours), plans(theirs)
+    # kafka-python ships no telemetry (KIP-714) specs; those two are checked by round trips only.
+    not_vendored = {"GetTelemetrySubscriptions", "PushTelemetry"}
+    a = {k: v for k, v in plans(ours).items() if k[0] not in not_vendored}
+    b = plans(theirs)
     # InitProducerId v6 is marked latestVersionUnstable in the spec; we leave it out.
     extra = {k for k in set(b) - set(a) if k[0] != "InitProducerId"}
     assert not extra and not (set(a) - set(b))

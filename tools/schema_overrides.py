@@ -250,4 +250,13 @@ OVERRIDES = {
             "Kafka 4.0 dropped header v0, used only by ControlledShutdown v0 (KIP-896).",
         ],
     },
+    # ------------------------------------------------- client telemetry (71, 72)
+    "GetTelemetrySubscriptionsRequest": {"notes": [
+        "Version 0 (Kafka 3.7, KIP-714) is the first: the client asks which metrics to push."]},
+    "GetTelemetrySubscriptionsResponse": {"notes": [
+        "Version 0 (Kafka 3.7, KIP-714) is the first."]},
+    "PushTelemetryRequest": {"notes": [
+        "Version 0 (Kafka 3.7, KIP-714) is the first: the client pushes encoded metrics."]},
+    "PushTelemetryResponse": {"notes": [
+        "Version 0 (Kafka 3.7, KIP-714) is the first."]},
 }

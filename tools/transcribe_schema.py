@@ -61,6 +61,9 @@ APIS = [
     ("INIT_PRODUCER_ID", "InitProducerId"),
     ("OFFSET_FOR_LEADER_EPOCH", "OffsetForLeaderEpoch"),
     ("SASL_AUTHENTICATE", "SaslAuthenticate"),
+    # KIP-714 client metrics: librdkafka sends these by default, so the debugger must read them.
+    ("GET_TELEMETRY_SUBSCRIPTIONS", "GetTelemetrySubscriptions"),
+    ("PUSH_TELEMETRY", "PushTelemetry"),
 ]
 
 # Non-API messages: (constant, spec name, expected kind).
@@ -515,7 +518,7 @@ def emit_message(const: str, msg: dict, lines: list[str]) -> None:
     lines.append("")
 
 
-def build(src_dir: str, use_overrides: bool = True) -> dict[str, dict]:
+def build(src_dir: str, use_overrides: bool = True, skip_missing: bool = False) -> dict[str, dict]:
     if use_overrides:
         from schema_overrides import OVERRIDES
     else:
@@ -529,7 +532,11 @@ def build(src_dir: str, use_overrides: bool = True) -> dict[str, dict]:
     if unknown:
         raise TranscribeError(f"overrides for messages not transcribed: {sorted(unknown)}")
     out = {}
+    skipped = set()
     for const, name, kind in wanted:
+        if skip_missing and not os.path.exists(os.path.join(src_dir, name + ".json")):
+            skipped.add(const)
+            continue
         doc, notes = load_spec(src_dir, name)
         if doc.get("name") != name:
             raise TranscribeError(f"{name}.json declares name {doc.get('name')!r}")
@@ -540,6 +547,10 @@ def build(src_dir: str, use_overrides: bool = True) -> dict[str, dict]:
             msg = apply_overrides(msg, OVERRIDES[name])
         out[const] = finish(msg)
     for prefix, base in APIS:
+        if f"{prefix}_REQUEST" in skipped or f"{prefix}_RESPONSE" in skipped:
+            out.pop(f"{prefix}_REQUEST", None)
+            out.pop(f"{prefix}_RESPONSE", None)
+            continue
         req, resp = out[f"{prefix}_REQUEST"], out[f"{prefix}_RESPONSE"]
         if req["api_key"] != resp["api_key"] or req["api_key"] is None:
             raise TranscribeError(f"{base}: request/response api keys differ")
@@ -567,7 +578,8 @@ def render(msgs: dict[str, dict]) -> str:
         emit_message(const, msg, lines)
         lines.append("")
     lines.append("APIS = {")
-    for prefix, base in sorted(APIS, key=lambda a: msgs[f"{a[0]}_REQUEST"]["api_key"]):
+    present = [a for a in APIS if f"{a[0]}_REQUEST" in msgs]
+    for prefix, base in sorted(present, key=lambda a: msgs[f"{a[0]}_REQUEST"]["api_key"]):
         key = msgs[f"{prefix}_REQUEST"]["api_key"]
         lines.append(f"    {key}: ({base!r}, {prefix}_REQUEST, {prefix}_RESPONSE),")
     lines.append("}")
@@ -585,9 +597,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-overrides", action="store_true",
                     help="transcribe the spec files without tools/schema_overrides.py")
     ap.add_argument("--check", action="store_true", help="validate only; write nothing")
+    ap.add_argument("--skip-missing", action="store_true",
+                    help="leave out APIs whose spec files the directory lacks (for partial copies)")
     args = ap.parse_args(argv)
     try:
-        msgs = build(args.src_dir, use_overrides=not args.no_overrides)
+        msgs = build(args.src_dir, use_overrides=not args.no_overrides, skip_missing=args.skip_missing)
     except TranscribeError as e:
         print(f"transcribe_schema: {e}", file=sys.stderr)
         return 1

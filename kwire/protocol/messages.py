@@ -1237,6 +1237,79 @@ SASL_AUTHENTICATE_RESPONSE = Message(
 )
 
 
+GET_TELEMETRY_SUBSCRIPTIONS_REQUEST = Message(
+    name='GetTelemetrySubscriptionsRequest',
+    kind='request',
+    api_key=71,
+    valid='0',
+    flexible='0+',
+    notes=(
+        "Version 0 (Kafka 3.7, KIP-714) is the first: the client asks which metrics to push."
+    ),
+    fields=(
+        F('ClientInstanceId', 'uuid', '0+'),
+    ),
+)
+
+
+GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE = Message(
+    name='GetTelemetrySubscriptionsResponse',
+    kind='response',
+    api_key=71,
+    valid='0',
+    flexible='0+',
+    notes=(
+        "Version 0 (Kafka 3.7, KIP-714) is the first."
+    ),
+    fields=(
+        F('ThrottleTimeMs', 'int32', '0+'),
+        F('ErrorCode', 'int16', '0+'),
+        F('ClientInstanceId', 'uuid', '0+'),
+        F('SubscriptionId', 'int32', '0+'),
+        F('AcceptedCompressionTypes', '[]int8', '0+'),
+        F('PushIntervalMs', 'int32', '0+'),
+        F('TelemetryMaxBytes', 'int32', '0+'),
+        F('DeltaTemporality', 'bool', '0+'),
+        F('RequestedMetrics', '[]string', '0+'),
+    ),
+)
+
+
+PUSH_TELEMETRY_REQUEST = Message(
+    name='PushTelemetryRequest',
+    kind='request',
+    api_key=72,
+    valid='0',
+    flexible='0+',
+    notes=(
+        "Version 0 (Kafka 3.7, KIP-714) is the first: the client pushes encoded metrics."
+    ),
+    fields=(
+        F('ClientInstanceId', 'uuid', '0+'),
+        F('SubscriptionId', 'int32', '0+'),
+        F('Terminating', 'bool', '0+'),
+        F('CompressionType', 'int8', '0+'),
+        F('Metrics', 'bytes', '0+'),
+    ),
+)
+
+
+PUSH_TELEMETRY_RESPONSE = Message(
+    name='PushTelemetryResponse',
+    kind='response',
+    api_key=72,
+    valid='0',
+    flexible='0+',
+    notes=(
+        "Version 0 (Kafka 3.7, KIP-714) is the first."
+    ),
+    fields=(
+        F('ThrottleTimeMs', 'int32', '0+'),
+        F('ErrorCode', 'int16', '0+'),
+    ),
+)
+
+
 REQUEST_HEADER = Message(
     name='RequestHeader',
     kind='header',
@@ -1334,6 +1407,8 @@ APIS = {
     22: ('InitProducerId', INIT_PRODUCER_ID_REQUEST, INIT_PRODUCER_ID_RESPONSE),
     23: ('OffsetForLeaderEpoch', OFFSET_FOR_LEADER_EPOCH_REQUEST, OFFSET_FOR_LEADER_EPOCH_RESPONSE),
     36: ('SaslAuthenticate', SASL_AUTHENTICATE_REQUEST, SASL_AUTHENTICATE_RESPONSE),
+    71: ('GetTelemetrySubscriptions', GET_TELEMETRY_SUBSCRIPTIONS_REQUEST, GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE),
+    72: ('PushTelemetry', PUSH_TELEMETRY_REQUEST, PUSH_TELEMETRY_RESPONSE),
 }
 
 __all__ = [
@@ -1377,6 +1452,10 @@ __all__ = [
     'OFFSET_FOR_LEADER_EPOCH_RESPONSE',
     'SASL_AUTHENTICATE_REQUEST',
     'SASL_AUTHENTICATE_RESPONSE',
+    'GET_TELEMETRY_SUBSCRIPTIONS_REQUEST',
+    'GET_TELEMETRY_SUBSCRIPTIONS_RESPONSE',
+    'PUSH_TELEMETRY_REQUEST',
+    'PUSH_TELEMETRY_RESPONSE',
     'REQUEST_HEADER',
     'RESPONSE_HEADER',
     'CONSUMER_SUBSCRIPTION',

@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""Turn bench/results/*.json into tables and charts: ``make bench-report``.
+
+    python tools/bench_report.py [--results bench/results] [--out docs/bench] [--readme README.md]
+
+Reads what the benchmarks wrote:
+
+* ``e2e-<target>.json`` — bench/test_bench_e2e.py, one per target (tansu, mock, replay);
+* ``scaling.json`` — bench/test_bench_scaling.py;
+* ``micro.json`` — pytest-benchmark's ``--benchmark-json`` of the microbenchmarks
+  (bench/test_bench_records.py, bench/test_bench_spark.py, ...);
+
+and writes ``<out>/README.md`` (every table), ``<out>/*.png`` (charts; each states the machine,
+the versions and the date), and the summary table between ``<!-- bench:start -->`` and
+``<!-- bench:end -->`` in the README's "Benchmarks" section (created at the end if missing).
+Nothing is measured here; rerunning it on the same JSON gives the same files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+TARGET_TITLES = {
+    "tansu": "Tansu (one broker, memory storage)",
+    "mock": "librdkafka's mock cluster (3 brokers)",
+    "replay": "replay server (Fetch answered from memory: the client's own cost)",
+}
+CLIENT_ORDER = ["kwire-consumer", "kwire-fetch-arrow", "kwire-fetch-records", "kwire-fetch-raw",
+                "confluent-kafka", "confluent-kafka-backoff10", "kafka-python", "aiokafka"]
+REFERENCE = "kwire-consumer"
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+def load(results: Path) -> dict:
+    out = {"e2e": {}, "scaling": None, "micro": None}
+    for path in sorted(results.glob("e2e-*.json")):
+        doc = json.loads(path.read_text())
+        out["e2e"][doc.get("target", {}).get("name") or path.stem[4:]] = doc
+    path = results / "scaling.json"
+    if path.exists():
+        out["scaling"] = json.loads(path.read_text())
+    path = results / "micro.json"
+    if path.exists():
+        out["micro"] = json.loads(path.read_text())
+    return out
+
+
+def _client_key(name: str) -> tuple:
+    return (CLIENT_ORDER.index(name) if name in CLIENT_ORDER else len(CLIENT_ORDER), name)
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+def fmt_int(v) -> str:
+    return "–" if v is None else f"{v:,.0f}"
+
+
+def fmt(v, nd=2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, (int, float)) and abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{nd}f}"
+
+
+def ratio(a, b) -> str:
+    if not a or not b:
+        return "–"
+    r = a / b
+    return f"{r:.2f}×" if r < 10 else f"{r:.0f}×"
+
+
+def stamp(doc: dict) -> str:
+    """Machine, versions and date of one results document, in one line."""
+    m = doc.get("machine", {})
+    v = m.get("versions", {})
+    parts = [f"{m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, {m.get('ram_gib', '?')} GiB)",
+             f"Python {m.get('python', '?')}",
+             f"kwire {v.get('kwire', '?')} ({v.get('kwire_codec', '?')})",
+             f"confluent-kafka {v.get('confluent-kafka', '?')} / librdkafka {v.get('librdkafka', '?')}",
+             f"kafka-python {v.get('kafka-python', '?')}", f"aiokafka {v.get('aiokafka', '?')}",
+             f"Tansu {v.get('tansu', '?')}", str(doc.get("date", "?"))[:10]]
+    s = "; ".join(parts)
+    if doc.get("smoke"):
+        s = "SMOKE RUN (tiny counts, numbers meaningless); " + s
+    return s
+
+
+def load_note(doc: dict) -> str:
+    o = doc.get("other_load") or {}
+    cpu = o.get("max_other_cpu_s_in_a_run")
+    la = o.get("max_loadavg_1m_before_a_run")
+    if cpu is None and la is None:
+        return ""
+    return (f"Other load: at most {fmt(cpu)} CPU-s used by other processes during a measured window; "
+            f"1-minute load average before a run at most {fmt(la)}.")
+
+
+def _m(run: dict, key: str):
+    return run.get("metrics", {}).get(key) if run.get("ok") else None
+
+
+def e2e_table(doc: dict) -> list[str]:
+    runs = sorted(doc.get("runs", []), key=lambda r: _client_key(r["client"]))
+    ref = next((r for r in runs if r["client"] == REFERENCE and r.get("ok")), None)
+    ref_rate = _m(ref, "records_per_s") if ref else None
+    ref_cpu = _m(ref, "cpu_s_per_million") if ref else None
+    lines = ["| client | records/s | MB/s | CPU s per M records | broker CPU s per M | peak RSS MiB | "
+             "group join s | kwire Consumer records/s ÷ this | this CPU/record ÷ kwire Consumer |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        if not r.get("ok"):
+            err = (r.get("error") or "failed").split(" [")[0].replace("|", "/")[:140]
+            lines.append(f"| {r['client']} | failed: {err} | | | | | | | |")
+            continue
+        m = r["metrics"]
+        lines.append("| " + " | ".join([
+            r["client"], fmt_int(m.get("records_per_s")), fmt(m.get("mb_per_s"), 1),
+            fmt(m.get("cpu_s_per_million")), fmt(m.get("broker_cpu_s_per_million")),
+            fmt(m.get("maxrss_mib"), 1), fmt(m.get("join_s")),
+            "–" if r["client"] == REFERENCE else ratio(ref_rate, m.get("records_per_s")),
+            "–" if r["client"] == REFERENCE else ratio(m.get("cpu_s_per_million"), ref_cpu),
+        ]) + " |")
+    return lines
+
+
+def dataset_line(doc: dict) -> str:
+    ds = doc.get("dataset", {})
+    req = doc.get("requested_dataset", {})
+    s = (f"{ds.get('records', 0):,} records × {ds.get('value_bytes')} B values on {ds.get('partitions')} "
+         f"partitions, compression {ds.get('compression')}")
+    if req and req.get("records") != ds.get("records"):
+        s += f" (asked for {req.get('records'):,}; this is what the target holds)"
+    if req and req.get("partitions") != ds.get("partitions"):
+        s += f" ({ds.get('partitions')} partitions: the target's fixed count)"
+    return s
+
+
+def scaling_rows(doc: dict, axis: str) -> list[dict]:
+    rows = [r for r in doc.get("runs", []) if axis in (r.get("sweeps") or [])]
+    return sorted(rows, key=lambda r: (_client_key(r["client"]), _axis_key(axis, r["dataset"][axis])))
+
+
+def _axis_key(axis, v):
+    if axis == "compression":
+        order = ["none", "gzip", "snappy", "lz4", "zstd"]
+        return order.index(v) if v in order else 99
+    return v
+
+
+def scaling_table(doc: dict, axis: str) -> list[str]:
+    rows = scaling_rows(doc, axis)
+    values = sorted({r["dataset"][axis] for r in rows}, key=lambda v: _axis_key(axis, v))
+    clients = sorted({r["client"] for r in rows}, key=_client_key)
+    head = {"partitions": "partitions", "value_bytes": "value bytes", "compression": "compression"}[axis]
+    lines = [f"| client | metric | " + " | ".join(f"{head} {v}" for v in values) + " |",
+             "|---|---|" + "---:|" * len(values)]
+    for c in clients:
+        by = {r["dataset"][axis]: r for r in rows if r["client"] == c}
+        for label, key, f in (("records/s", "records_per_s", fmt_int), ("MB/s", "mb_per_s", lambda v: fmt(v, 1)),
+                              ("CPU s per M records", "cpu_s_per_million", fmt)):
+            cells = []
+            for v in values:
+                r = by.get(v)
+                if r is None:
+                    cells.append("")
+                elif not r.get("ok"):
+                    cells.append("failed")
+                else:
+                    cells.append(f(r["metrics"].get(key)))
+            lines.append(f"| {c} | {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def micro_tables(doc: dict) -> list[str]:
+    benches = doc.get("benchmarks", [])
+    if not benches:
+        return []
+    by_file: dict[str, list[dict]] = {}
+    for b in benches:
+        by_file.setdefault(b.get("fullname", b["name"]).split("::")[0], []).append(b)
+    lines = []
+    for f, bs in sorted(by_file.items()):
+        lines += [f"#### `{f}`", "", "| benchmark | group | mean | min | ops/s | extra |", "|---|---|---:|---:|---:|---|"]
+        for b in sorted(bs, key=lambda b: (b.get("group") or "", b["name"])):
+            st = b.get("stats", {})
+            extra = ", ".join(f"{k}={v}" for k, v in (b.get("extra_info") or {}).items())[:120]
+            lines.append(f"| {b['name']} | {b.get('group') or ''} | {_secs(st.get('mean'))} | {_secs(st.get('min'))} | "
+                         f"{fmt_int(st.get('ops'))} | {extra} |")
+        lines.append("")
+    return lines
+
+
+def _secs(v) -> str:
+    if v is None:
+        return "–"
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v / 1e-9:.3g} ns"
+
+
+def micro_stamp(doc: dict) -> str:
+    mi = doc.get("machine_info", {})
+    cpu = (mi.get("cpu") or {}).get("brand_raw") or mi.get("processor") or "?"
+    return f"{cpu}; Python {mi.get('python_version', '?')}; {str(doc.get('datetime', '?'))[:10]}"
+
+
+# --- charts -----------------------------------------------------------------------------------
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _footer(fig, text: str) -> None:
+    import textwrap
+    fig.text(0.01, 0.005, "\n".join(textwrap.wrap(text, 150)), fontsize=6.5, color="#444", va="bottom")
+
+
+def chart_e2e(e2e: dict, out: Path, key: str, xlabel: str, title: str, fname: str,
+              broker_key: str | None = None) -> str | None:
+    plt = _plt()
+    targets = [t for t in ("tansu", "mock", "replay") if t in e2e] + [t for t in e2e if t not in ("tansu", "mock", "replay")]
+    if not targets:
+        return None
+    clients = sorted({r["client"] for t in targets for r in e2e[t]["runs"]}, key=_client_key)
+    fig, axes = plt.subplots(1, len(targets), figsize=(4.6 * len(targets), 0.42 * len(clients) + 2.2),
+                             sharey=True, squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        by = {r["client"]: r for r in e2e[t]["runs"]}
+        ys = list(range(len(clients)))
+        vals, bvals, colors = [], [], []
+        for c in clients:
+            r = by.get(c)
+            vals.append(_m(r, key) or 0 if r else 0)
+            bvals.append((_m(r, broker_key) or 0) if (r and broker_key) else 0)
+            colors.append("#1f77b4" if c.startswith("kwire") else "#999999")
+        ax.barh(ys, vals, color=colors)
+        if broker_key:
+            ax.barh(ys, bvals, left=vals, color="#ff7f0e", alpha=0.7, label="broker")
+        for y, c, v in zip(ys, clients, vals):
+            r = by.get(c)
+            label = "failed" if (r is not None and not r.get("ok")) else ("not run" if r is None else f"{v:,.3g}")
+            ax.text(v, y, " " + label, va="center", fontsize=7)
+        ax.set_yticks(ys)
+        ax.set_yticklabels(clients, fontsize=8)
+        ax.invert_yaxis()
+        ds = e2e[t].get("dataset", {})
+        ax.set_title(f"{t}: {ds.get('records', 0):,} × {ds.get('value_bytes')} B, {ds.get('partitions')} partitions",
+                     fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.margins(x=0.25)
+        if broker_key:
+            ax.legend(["client", "broker"], fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=11)
+    _footer(fig, stamp(e2e[targets[0]]))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.savefig(out / fname, dpi=110)
+    plt.close(fig)
+    return fname
+
+
+def chart_scaling(doc: dict, out: Path, axis: str, fname: str) -> str | None:
+    rows = scaling_rows(doc, axis)
+    if not rows:
+        return None
+    plt = _plt()
+    clients = sorted({r["client"] for r in rows}, key=_client_key)
+    values = sorted({r["dataset"][axis] for r in rows}, key=lambda v: _axis_key(axis, v))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    metric = "mb_per_s" if axis == "value_bytes" else "records_per_s"
+    for c in clients:
+        by = {r["dataset"][axis]: r for r in rows if r["client"] == c and r.get("ok")}
+        xs = [i if axis == "compression" else v for i, v in enumerate(values) if v in by]
+        style = "-o" if c.startswith("kwire") else "--s"
+        a1.plot(xs, [by[v]["metrics"].get(metric) or 0 for v in values if v in by], style, label=c, ms=4)
+        cpu_key = "cpu_s_per_million"
+        ys = []
+        for v in values:
+            if v not in by:
+                continue
+            m = by[v]["metrics"]
+            if axis == "value_bytes":  # CPU per GB is the comparable cost when records grow
+                ys.append((m.get(cpu_key) or 0) / 1e6 * 1e9 / v if v else 0)
+            else:
+                ys.append(m.get(cpu_key) or 0)
+        a2.plot(xs, ys, style, label=c, ms=4)
+    for ax in (a1, a2):
+        if axis == "compression":
+            ax.set_xticks(range(len(values)))
+            ax.set_xticklabels(values)
+        else:
+            ax.set_xscale("log")
+        ax.set_xlabel({"partitions": "partitions", "value_bytes": "value size (bytes)",
+                       "compression": "compression"}[axis], fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+    a1.set_ylabel("MB/s" if metric == "mb_per_s" else "records/s", fontsize=9)
+    a2.set_ylabel("client CPU s per GB of values" if axis == "value_bytes" else "client CPU s per million records",
+                  fontsize=9)
+    a1.set_yscale("log")
+    a2.set_yscale("log")
+    a1.legend(fontsize=7)
+    title = {"partitions": "Cost vs partitions", "value_bytes": "Cost vs record size",
+             "compression": "Cost vs compression"}[axis]
+    fig.suptitle(f"{title} (replay server: client cost only)", fontsize=11)
+    _footer(fig, stamp(doc))
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    fig.savefig(out / fname, dpi=110)
+    plt.close(fig)
+    return fname
+
+
+# --- documents --------------------------------------------------------------------------------
+
+METRICS_NOTE = (
+    "records/s and MB/s (of record values) are measured in the consuming process from the first "
+    "delivery of records to the last record; CPU is that process's CPU time (all threads) over the "
+    "same window, per million records; broker CPU is the broker process's CPU time over the same "
+    "window (from /proc); peak RSS is the process's high-water mark (`VmHWM`); group join is subscribe() until "
+    "the first assignment (the `kwire-fetch-*` rows read assigned partitions without a group). "
+    "Each client runs alone in its own process, one after another.")
+
+
+def full_report(data: dict, charts: dict) -> str:
+    lines = ["# kwire benchmarks", "",
+             "Generated by `make bench-report` (tools/bench_report.py) from `bench/results/*.json`; "
+             "measured by `make bench`.  " + METRICS_NOTE, ""]
+    if data["e2e"]:
+        lines += ["## End to end", ""]
+        for name in ("throughput", "cpu"):
+            if charts.get(f"e2e_{name}"):
+                lines += [f"![{name}]({charts[f'e2e_{name}']})", ""]
+        for t in [t for t in ("tansu", "mock", "replay") if t in data["e2e"]] + \
+                 [t for t in data["e2e"] if t not in ("tansu", "mock", "replay")]:
+            doc = data["e2e"][t]
+            lines += [f"### {TARGET_TITLES.get(t, t)}", "", f"Data: {dataset_line(doc)}.", "",
+                      *e2e_table(doc), "", f"_{stamp(doc)}._ {load_note(doc)}", ""]
+            notes = [f"* `{r['client']}`: {r['metrics']['client_options']}" for r in doc.get("runs", [])
+                     if r.get("metrics", {}).get("client_options")]
+            if notes:
+                lines += ["Client settings this target needed:", "", *notes, ""]
+        clients = {}
+        for doc in data["e2e"].values():
+            clients.update(doc.get("clients") or {})
+        if clients:
+            lines += ["What each row is:", ""]
+            lines += [f"* `{c}` — {clients[c]}" for c in sorted(clients, key=_client_key)]
+            lines += [""]
+    sc = data["scaling"]
+    if sc:
+        lines += ["## Scaling", "",
+                  "On the replay server, so the client's own cost is what grows; each sweep keeps the "
+                  f"rest at {sc.get('base')}.  Record-size points hold the bytes roughly constant.", ""]
+        for axis in ("partitions", "value_bytes", "compression"):
+            lines += [f"### {axis.replace('_', ' ')}", ""]
+            if charts.get(f"scaling_{axis}"):
+                lines += [f"![{axis}]({charts[f'scaling_{axis}']})", ""]
+            lines += [*scaling_table(sc, axis), ""]
+        ref = [r for r in sc.get("runs", []) if "reference" in (r.get("sweeps") or [])]
+        if ref:
+            bp = sc.get("broker_point", {})
+            lines += [f"### Reference point on {bp.get('target')}", "",
+                      f"{bp.get('records', 0):,} records × {bp.get('value_bytes')} B on {bp.get('partitions')} partitions.", "",
+                      "| client | records/s | CPU s per M | broker CPU s per M |", "|---|---:|---:|---:|"]
+            for r in sorted(ref, key=lambda r: _client_key(r["client"])):
+                if r.get("ok"):
+                    m = r["metrics"]
+                    lines.append(f"| {r['client']} | {fmt_int(m.get('records_per_s'))} | {fmt(m.get('cpu_s_per_million'))} | "
+                                 f"{fmt(m.get('broker_cpu_s_per_million'))} |")
+                else:
+                    lines.append(f"| {r['client']} | failed | | |")
+            lines += [""]
+        lines += [f"_{stamp(sc)}._ {load_note(sc)}", ""]
+    mi = data["micro"]
+    if mi:
+        lines += ["## Microbenchmarks (pytest-benchmark)", "", f"_{micro_stamp(mi)}._", "", *micro_tables(mi)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def readme_section(data: dict, charts: dict, out_rel: str) -> str:
+    lines = [START, "",
+             "_Generated by `make bench-report` from `bench/results/`; do not edit between the markers._", ""]
+    if not data["e2e"] and not data["scaling"] and not data["micro"]:
+        return "\n".join(lines + ["No results yet: run `make bench`.", "", END])
+    for t in [t for t in ("replay", "tansu", "mock") if t in data["e2e"]]:
+        doc = data["e2e"][t]
+        lines += [f"**{TARGET_TITLES.get(t, t)}** — {dataset_line(doc)}:", "", *e2e_table(doc), ""]
+    if data["e2e"]:
+        any_doc = next(iter(data["e2e"].values()))
+        lines += [f"_{stamp(any_doc)}._", ""]
+    if charts.get("e2e_throughput"):
+        lines += [f"![end-to-end throughput]({out_rel}/{charts['e2e_throughput']})", ""]
+    lines += [f"Scaling with partitions, record size and compression, CPU charts and the microbenchmarks: "
+              f"[{out_rel}/README.md]({out_rel}/README.md).", "", END]
+    return "\n".join(lines)
+
+
+def splice_readme(readme: Path, section: str) -> None:
+    text = readme.read_text() if readme.exists() else ""
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section + tail
+    else:
+        if "\n## Benchmarks" not in text:
+            text = text.rstrip() + "\n\n## Benchmarks\n\n" + BENCH_INTRO + "\n"
+        text = text.rstrip() + "\n\n" + section + "\n"
+    readme.write_text(text)
+
+
+BENCH_INTRO = """\
+`make bench` runs the suite (pytest-benchmark microbenchmarks and the end-to-end runs in
+`bench/`) and writes `bench/results/*.json`; `make bench-report` turns those into the table
+below and the charts in `docs/bench/`.  Each client consumes the same topic in its own
+process: kwire's Consumer, kwire's Fetch loops (Arrow columns, Record objects, and one that
+decodes nothing, the ceiling), confluent-kafka (librdkafka), kafka-python and aiokafka, on
+Tansu, on librdkafka's mock cluster and on `bench/replay_server.py`, which answers Fetch from
+memory so that only the client's cost is measured.  Sizes are set by environment variables
+(`KWIRE_BENCH_RECORDS`, ... — see `bench/harness.py`); `KWIRE_BENCH_SMOKE=1` is the tiny run
+the test suite does (`tests/test_bench_smoke.py`)."""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench")
+    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--no-readme", action="store_true", help="do not touch the README")
+    ap.add_argument("--no-charts", action="store_true")
+    args = ap.parse_args(argv)
+    data = load(args.results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    charts: dict[str, str | None] = {}
+    if not args.no_charts:
+        if data["e2e"]:
+            charts["e2e_throughput"] = chart_e2e(data["e2e"], args.out, "records_per_s", "records/s",
+                                                 "End to end: records/s, first record to last", "e2e_throughput.png")
+            charts["e2e_cpu"] = chart_e2e(data["e2e"], args.out, "cpu_s_per_million", "CPU seconds per million records",
+                                          "End to end: client CPU (blue/grey) and broker CPU (orange) per million records",
+                                          "e2e_cpu.png", broker_key="broker_cpu_s_per_million")
+        if data["scaling"]:
+            for axis in ("partitions", "value_bytes", "compression"):
+                charts[f"scaling_{axis}"] = chart_scaling(data["scaling"], args.out, axis, f"scaling_{axis}.png")
+    (args.out / "README.md").write_text(full_report(data, charts))
+    if not args.no_readme:
+        try:
+            out_rel = str(args.out.resolve().relative_to(args.readme.resolve().parent))
+        except ValueError:
+            out_rel = str(args.out)
+        splice_readme(args.readme, readme_section(data, charts, out_rel))
+    print(f"wrote {args.out / 'README.md'}" + ("" if args.no_readme else f" and the table in {args.readme}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
