@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: deps build demo test bench clean
+.PHONY: deps build demo test bench bench-report clean
 
 deps:
 	$(PIP) install -q --disable-pip-version-check -r requirements-dev.txt
@@ -18,8 +18,17 @@ test: build
 	bash tools/system-deps.sh
 	KWIRE_REQUIRE_EXTENSION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
+# The benchmark suite (bench/; sizes from KWIRE_BENCH_* variables, see bench/harness.py):
+# microbenchmarks -> bench/results/micro.json, end-to-end and scaling runs ->
+# bench/results/e2e-*.json and scaling.json; then the report (docs/bench/, README table).
 bench: build
-	$(PYTHON) -m pytest -q bench --benchmark-only
+	mkdir -p bench/results
+	$(PYTHON) -m pytest -q -p no:cacheprovider bench --benchmark-json=bench/results/micro.json
+	$(PYTHON) tools/bench_report.py
+
+# Regenerate docs/bench/ and the README's Benchmarks table from bench/results/*.json.
+bench-report:
+	$(PYTHON) tools/bench_report.py
 
 clean:
 	rm -rf build kwire/*.so kwire/_codec.c

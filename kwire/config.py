@@ -46,6 +46,7 @@ class Prop:
     max: int | None = None
     aliases: tuple[str, ...] = ()  # other names for the same property
     unsupported: Mapping[Any, str] = field(default_factory=dict)  # value -> why it is refused
+    secret: bool = False  # a credential: masked in repr() and never logged
 
     @property
     def attr(self) -> str:
@@ -72,10 +73,29 @@ PROPERTIES: tuple[Prop, ...] = (
     _p("client.id", "str", "kwire", "Client identifier sent in every request header."),
     _p("client.rack", "str", "", "Rack of this client, sent in Fetch requests (KIP-392) so a "
        "broker may direct fetches to a replica in the same rack."),
-    _p("security.protocol", "enum", "plaintext", "Protocol to talk to brokers.  Only PLAINTEXT "
-       "for now.", choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"),
-       unsupported={"ssl": "not supported yet", "sasl_plaintext": "not supported yet",
-                    "sasl_ssl": "not supported yet"}),
+    _p("security.protocol", "enum", "plaintext", "Protocol to talk to brokers: plaintext, ssl "
+       "(TLS), sasl_plaintext (SASL over TCP), sasl_ssl (SASL over TLS).",
+       choices=("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")),
+    _p("ssl.ca.location", "str", None, "PEM file (or directory of hashed PEM files) of the CA "
+       "certificates that sign the brokers' certificates.  Unset: the system's default CAs."),
+    _p("ssl.certificate.location", "str", None, "PEM file of the client's certificate (chain), "
+       "for brokers that require client certificates (mutual TLS)."),
+    _p("ssl.key.location", "str", None, "PEM file of the client certificate's private key (may "
+       "be the certificate file itself)."),
+    _p("ssl.key.password", "str", None, "Password of an encrypted ssl.key.location.",
+       secret=True),
+    _p("ssl.endpoint.identification.algorithm", "enum", "https", "https: the broker's "
+       "certificate must name the host we connect to (hostname verification); none: any name "
+       "is accepted (the chain is still verified).", choices=("https", "none")),
+    _p("enable.ssl.certificate.verification", "bool", True, "Verify the broker's certificate "
+       "chain.  false accepts any certificate -- for tests only: it gives up all protection "
+       "against a man in the middle."),
+    _p("sasl.mechanism", "enum", "plain", "SASL mechanism for sasl_plaintext / sasl_ssl: PLAIN, "
+       "SCRAM-SHA-256 or SCRAM-SHA-512 (case-insensitive).",
+       choices=("plain", "scram-sha-256", "scram-sha-512"), aliases=("sasl.mechanisms",)),
+    _p("sasl.username", "str", None, "SASL user name (PLAIN, SCRAM).", aliases=("sasl.user",)),
+    _p("sasl.password", "str", None, "SASL password (PLAIN, SCRAM).  Never logged nor traced.",
+       secret=True),
     _p("socket.timeout.ms", "int", 60000, "Default timeout of blocking network operations "
        "(metadata look-ups, admin calls) when the caller gives none.", min=10, max=300000),
     _p("request.timeout.ms", "int", 30000, "How long a request may wait for its response before "
@@ -201,8 +221,11 @@ def _bad(name: str, value: Any, why: str) -> ConfigError:
 
 
 def coerce(prop: Prop, value: Any, *, name: str | None = None) -> Any:
-    """``value`` checked and converted to ``prop``'s type; ConfigError names the property."""
+    """``value`` checked and converted to ``prop``'s type; ConfigError names the property
+    (and, for a secret, not the value)."""
     name = name or prop.name
+    if prop.secret and value is not None and not isinstance(value, str):
+        raise ConfigError(f"invalid value for configuration property {name!r}: expected a string")
     t = prop.type
     if value is None:
         if prop.default is None or t in ("callable",):
@@ -318,7 +341,8 @@ class Config(Mapping[str, Any]):
         return context in dbg or "all" in dbg
 
     def __repr__(self) -> str:
-        return f"Config(role={self.role!r}, {self.user!r})"
+        shown = {k: ("<redacted>" if _BY_NAME[k].secret and v is not None else v) for k, v in self.user.items()}
+        return f"Config(role={self.role!r}, {shown!r})"
 
 
 _log = logging.getLogger("kwire.config")

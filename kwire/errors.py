@@ -71,6 +71,19 @@ class CommitFailedError(KwireError):
     """A commit could not be completed (e.g. the group rebalanced)."""
 
 
+class AuthenticationError(KwireError):
+    """The broker (or the client, checking the broker) refused the connection's credentials:
+    SASL failed (wrong password, unknown user, mechanism not enabled, the server's SCRAM
+    signature did not verify).  Not retriable: the same credentials would fail again, so
+    requests waiting for the connection fail at once instead of retrying until they time out."""
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: the broker's certificate did not verify against
+    ssl.ca.location, its name did not match the host we connected to, the broker refused our
+    client certificate, or the peer does not speak TLS.  Not retriable, like AuthenticationError."""
+
+
 # --- broker error codes -------------------------------------------------------------------
 
 class BrokerError(KwireError):

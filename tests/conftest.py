@@ -87,3 +87,31 @@ def create_topic():
     yield create
     for a in admins:
         a.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole run (a session takes ~10 s to start).
+
+    Workers run this interpreter (PYSPARK_PYTHON) and import kwire from this checkout
+    (PYTHONPATH), so they see the code under test.
+    """
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("kwire-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

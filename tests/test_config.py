@@ -93,10 +93,10 @@ def test_bad_values_name_the_key(key, value, why):
 
 
 def test_unsupported_features_are_config_errors():
-    for proto in ("SSL", "sasl_plaintext", "SASL_SSL"):
-        with pytest.raises(ConfigError, match="security.protocol.*not supported yet"):
-            parse_config({"security.protocol": proto})
-    assert parse_config({"security.protocol": "PLAINTEXT"}).security_protocol == "plaintext"
+    for proto in ("SSL", "sasl_plaintext", "SASL_SSL", "PLAINTEXT"):
+        assert parse_config({"security.protocol": proto}).security_protocol == proto.lower()
+    with pytest.raises(ConfigError, match="security.protocol"):
+        parse_config({"security.protocol": "tls"})
     with pytest.raises(ConfigError, match="enable.idempotence"):
         parse_config({"enable.idempotence": True}, role="producer")
 

@@ -37,6 +37,8 @@ EXPECTED_VERSIONS = {
     22: ("InitProducerId", 0, 5),  # v6 (KIP-939) is unstable in 4.1/4.2
     23: ("OffsetForLeaderEpoch", 2, 4),
     36: ("SaslAuthenticate", 0, 2),
+    71: ("GetTelemetrySubscriptions", 0, 0),
+    72: ("PushTelemetry", 0, 0),
 }
 
 

@@ -307,8 +307,9 @@ def chart_scaling(doc: dict, out: Path, axis: str, fname: str) -> str | None:
     a1.set_ylabel("MB/s" if metric == "mb_per_s" else "records/s", fontsize=9)
     a2.set_ylabel("client CPU s per GB of values" if axis == "value_bytes" else "client CPU s per million records",
                   fontsize=9)
-    a1.set_yscale("log")
-    a2.set_yscale("log")
+    for ax in (a1, a2):  # log scale only where there is something positive to show
+        if any(y > 0 for line in ax.get_lines() for y in line.get_ydata()):
+            ax.set_yscale("log")
     a1.legend(fontsize=7)
     title = {"partitions": "Cost vs partitions", "value_bytes": "Cost vs record size",
              "compression": "Cost vs compression"}[axis]

@@ -24,7 +24,21 @@ Failure semantics:
   late response, if any, is discarded.  A connection whose oldest request has gone unanswered
   for ``max(its timeout, request.timeout.ms)`` is considered dead and closed;
 * a response frame larger than ``receive.message.max.bytes`` + 64 KiB is a
-  :class:`~kwire.errors.ProtocolError` and closes the connection before anything is allocated.
+  :class:`~kwire.errors.ProtocolError` and closes the connection before anything is allocated;
+* an authentication failure -- SASL refused, a TLS certificate that does not verify -- is an
+  :class:`~kwire.errors.AuthenticationError` (:class:`~kwire.errors.SslAuthenticationError`),
+  not a connection error: the requests waiting for that connection (and those waiting for any
+  broker) fail with it at once instead of being retried until their deadline.
+
+Security (``security.protocol``): with ``ssl`` / ``sasl_ssl`` the socket carries TLS through
+:class:`~kwire.net.tls.TlsSession` (memory buffers, so the handshake is just another connection
+state, TLS_HANDSHAKE); with ``sasl_plaintext`` / ``sasl_ssl`` the connection authenticates after
+ApiVersions (state AUTHENTICATING): SaslHandshake v1 names the mechanism, then SaslAuthenticate
+carries the mechanism's messages (:mod:`kwire.net.sasl`) until it is done.  Credentials are
+never logged: the tracer and the ``kwire.protocol`` logger see ``auth_bytes`` as "<redacted>".
+When the broker gives the SASL session a lifetime (KIP-368), the connection is closed once idle
+after ~90% of it and re-established (and so re-authenticated) for the next request; requests
+queued meanwhile wait for the new connection rather than go out on an expiring session.
 """
 from __future__ import annotations
 
@@ -43,11 +57,13 @@ from typing import Any, Callable, Iterable, Mapping
 from .. import __version__
 from ..config import Config, parse_config
 from ..errors import (
-    KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError, TrailingBytesError,
-    UnsupportedVersionError,
+    AuthenticationError, ConfigError, KafkaConnectionError, KafkaTimeoutError, KwireError,
+    ProtocolError, TrailingBytesError, UnsupportedVersionError, for_code,
 )
 from ..protocol import api as _api
-from .connection import Connection, ConnState, InFlight, backoff_ms
+from . import sasl as _sasl
+from . import tls as _tls
+from .connection import SETUP_STATES, Connection, ConnState, InFlight, backoff_ms
 from .metadata import Metadata
 
 __all__ = ["NetworkClient", "InFlight", "now_ms"]
@@ -58,6 +74,17 @@ _log = logging.getLogger("kwire.net")
 _API_VERSIONS = _api.api("ApiVersions")
 _METADATA = _api.api("Metadata")
 _PRODUCE = _api.api("Produce")
+_SASL_HANDSHAKE = _api.api("SaslHandshake")
+_SASL_AUTHENTICATE = _api.api("SaslAuthenticate")
+_UNSUPPORTED_SASL_MECHANISM = 33
+_CLOSED_DURING = {
+    ConnState.TLS_HANDSHAKE: " during the TLS handshake",
+    # Brokers close the connection, rather than answer, on some SASL failures (Kafka before
+    # 1.0; Tansu for a mechanism it does not enable).
+    ConnState.AUTHENTICATING: " during SASL authentication (is sasl.mechanism enabled on the broker?)",
+}
+# Re-authenticate (by reconnecting) after this share of the broker's session lifetime, less jitter.
+_REAUTH_SHARE = 0.9
 _UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
 
@@ -108,7 +135,6 @@ def _parse_bootstrap(servers: Iterable[str]) -> list[tuple[str, int]]:
         try:
             out.append((host, int(port)))
         except ValueError:
-            from ..errors import ConfigError
             raise ConfigError(f"invalid value {s!r} in configuration property 'bootstrap.servers': "
                               "expected host:port") from None
     return out
@@ -120,13 +146,15 @@ class NetworkClient:
     ``config`` is a dict of configuration properties (see :mod:`kwire.config`) or a parsed
     :class:`~kwire.config.Config`.  ``tracer`` is called with a dict for every request sent and
     response received (``direction`` "send"/"recv", ``node_id``, ``address``, ``api``,
-    ``version``, ``correlation_id``, ``size_bytes``, ``rtt_ms`` (recv), ``body``).
+    ``version``, ``correlation_id``, ``size_bytes``, ``rtt_ms`` (recv), ``body``; SASL
+    ``auth_bytes`` arrive as "<redacted>").  ``ssl_context``: an ``ssl.SSLContext`` to use
+    instead of the one built from the ``ssl.*`` properties.
     """
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
                  tracer: Callable[[dict], Any] | None = None, metadata: Metadata | None = None,
                  auto_metadata: bool = True, allow_auto_topic_creation: bool = False,
-                 role: str = "admin"):
+                 role: str = "admin", ssl_context=None):
         cfg = config if isinstance(config, Config) else parse_config(config or {}, role=role)
         self.config = cfg
         self.client_id: str = cfg.client_id
@@ -143,8 +171,18 @@ class NetworkClient:
             protocol_log.setLevel(logging.DEBUG)
         self._bootstrap = _parse_bootstrap(cfg.bootstrap_servers)
         if not self._bootstrap:
-            from ..errors import ConfigError
             raise ConfigError("configuration property 'bootstrap.servers' is required")
+        protocol = cfg.security_protocol
+        self._ssl_context = None
+        if protocol in ("ssl", "sasl_ssl"):
+            self._ssl_context = ssl_context if ssl_context is not None else _tls.build_context(cfg)
+        self._sasl_mechanism: str | None = None
+        if protocol in ("sasl_plaintext", "sasl_ssl"):
+            for key in ("sasl.username", "sasl.password"):
+                if cfg[key] is None:
+                    raise ConfigError(f"configuration property {key!r} is required with "
+                                      f"security.protocol={protocol}")
+            self._sasl_mechanism = cfg["sasl.mechanism"].upper()
         self._conns: dict[int, Connection] = {}
         for i, (host, port) in enumerate(self._bootstrap):
             node_id = -(i + 1)  # bootstrap connections have negative ids, like Java's client
@@ -163,6 +201,7 @@ class NetworkClient:
         self._closed = False
         self._read_buf = bytearray(_READ_CHUNK_BYTES)
         self._read_view = memoryview(self._read_buf)
+        self._authentication_error: AuthenticationError | None = None
 
     # === public API ======================================================================
     def send(self, node_id: int | None, api, body: dict | Callable[[int], dict], *,
@@ -251,6 +290,8 @@ class NetworkClient:
                     raise KafkaConnectionError(f"unknown broker node {node_id}")
                 if target.state is ConnState.DISCONNECTED:
                     if target.last_failure_ms is not None and target.last_failure_ms >= start:
+                        if isinstance(target.last_error, AuthenticationError):
+                            raise target.last_error
                         raise KafkaConnectionError(f"cannot connect to node {node_id} ({target.address}): "
                                                    f"{target.last_error}")
                     if now >= target.next_attempt_ms:
@@ -260,6 +301,9 @@ class NetworkClient:
             elif target is None:
                 cands = self._candidates()
                 if all(c.last_failure_ms is not None and c.last_failure_ms >= start for c in cands):
+                    auth = _auth_error(cands)
+                    if auth is not None:
+                        raise auth
                     raise KafkaConnectionError("no broker reachable" + self._last_errors(None))
             self._run(min(deadline - now, 20), until=None, quiet=True)
         raise KafkaTimeoutError(f"no connection to {'any broker' if node_id is None else f'node {node_id}'} "
@@ -282,6 +326,14 @@ class NetworkClient:
         self.wait(f)
         f.result()
         return self.metadata
+
+    @property
+    def authentication_error(self) -> AuthenticationError | None:
+        """The last authentication failure (SASL or TLS) of any connection, until one connection
+        authenticates again; None if there was none.  Layers that wait for metadata without a
+        request of their own (a producer holding records for an unknown topic) check it to fail
+        at once rather than at their deadline."""
+        return self._authentication_error
 
     def least_loaded_node(self) -> int | None:
         conn = self._least_loaded_ready()
@@ -395,6 +447,8 @@ class NetworkClient:
 
     def _flush_queue(self, conn: Connection, now: int) -> None:
         """Encode the queued requests of a ready connection into its write buffer."""
+        if conn.reauth_at_ms and now >= conn.reauth_at_ms:
+            return  # they go out on the re-authenticated connection
         while conn.queue:
             f = conn.queue.popleft()
             if f.done:
@@ -432,6 +486,8 @@ class NetworkClient:
             f.expect_response = False  # the broker sends nothing back for acks=0
         else:
             conn.in_flight[cid] = f
+        if conn.tls is not None:
+            frame = conn.tls.encrypt(frame)
         conn.out.append([memoryview(frame), f])
         self._trace("send", conn, f, body, len(frame))
 
@@ -477,7 +533,8 @@ class NetworkClient:
                     self._flush_queue(conn, now)
                 elif conn.state is ConnState.DISCONNECTED and now >= conn.next_attempt_ms:
                     self._connect(conn, now)
-            if conn.out and conn.sock is not None and conn.state in (ConnState.READY, ConnState.NEGOTIATING):
+            if conn.out and conn.sock is not None and \
+                    conn.state not in (ConnState.CONNECTING, ConnState.DISCONNECTED):
                 self._try_write(conn, now)
 
     def _send_metadata_refresh(self, now: int) -> None:
@@ -546,7 +603,7 @@ class NetworkClient:
             return conn
         cands = self._candidates()
         for conn in cands:
-            if conn.state in (ConnState.CONNECTING, ConnState.NEGOTIATING):
+            if conn.state in SETUP_STATES:
                 return conn
         # Bootstrap servers (and brokers) are tried in turn: the first not backing off.
         usable = [c for c in cands if c.state is ConnState.DISCONNECTED and now >= c.next_attempt_ms]
@@ -575,7 +632,7 @@ class NetworkClient:
             for f in list(self._pending_any):
                 if all(c.last_failure_ms is not None and c.last_failure_ms >= f.created_ms for c in cands):
                     self._pending_any.remove(f)
-                    self._fail(f, KafkaConnectionError(
+                    self._fail(f, _auth_error(cands) or KafkaConnectionError(
                         "no broker reachable: " + "; ".join(f"{c.address}: {c.last_error}" for c in cands)))
 
     # --- connecting ---------------------------------------------------------------------------
@@ -608,18 +665,146 @@ class NetworkClient:
             self._on_connected(conn, now)
 
     def _on_connected(self, conn: Connection, now: int) -> None:
-        conn.transition(ConnState.NEGOTIATING, now)
         conn.last_recv_ms = now
+        if self._ssl_context is not None:
+            conn.transition(ConnState.TLS_HANDSHAKE, now)
+            conn.tls = _tls.TlsSession(self._ssl_context, conn.host)
+            self._tls_handshake(conn, now)
+            return
+        conn.transition(ConnState.NEGOTIATING, now)
         self._send_api_versions(conn, _API_VERSIONS.max_version, now)
 
-    def _send_api_versions(self, conn: Connection, version: int, now: int) -> None:
-        conn.handshake_version = version
-        body = {"client_software_name": "kwire", "client_software_version": __version__}
-        f = InFlight(_API_VERSIONS, body, node_id=conn.node_id, version=version,
+    # --- TLS ----------------------------------------------------------------------------------
+    def _tls_handshake(self, conn: Connection, now: int) -> None:
+        """Advance the TLS handshake; once done, negotiate ApiVersions over it."""
+        try:
+            done = conn.tls.handshake()
+        except AuthenticationError as exc:
+            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
+            self._close_conn(conn, exc, now)
+            return
+        out = conn.tls.outgoing()
+        if out:
+            conn.out.append([memoryview(out), None])
+        if not done:
+            self._try_write(conn, now)
+            return
+        _log.debug("node %s (%s): %s established (%s)", conn.node_id, conn.address, conn.tls.version,
+                   (conn.tls.cipher() or ("?",))[0])
+        conn.transition(ConnState.NEGOTIATING, now)
+        self._send_api_versions(conn, _API_VERSIONS.max_version, now)
+
+    def _on_tls_bytes(self, conn: Connection, data, now: int) -> bool:
+        """Ciphertext from the socket: advance the handshake or decrypt and frame; False if the
+        connection was closed."""
+        tls = conn.tls
+        tls.feed(data)
+        if conn.state is ConnState.TLS_HANDSHAKE:
+            self._tls_handshake(conn, now)
+            if conn.sock is None or conn.state is ConnState.TLS_HANDSHAKE:
+                return conn.sock is not None
+        try:
+            plain = tls.read()
+        except AuthenticationError as exc:
+            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
+            self._close_conn(conn, exc, now)
+            return False
+        except KafkaConnectionError as exc:
+            self._close_conn(conn, KafkaConnectionError(
+                f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
+            return False
+        out = tls.outgoing()  # e.g. a TLS 1.3 key update answer
+        if out:
+            conn.out.append([memoryview(out), None])
+            self._try_write(conn, now)
+            if conn.sock is None:
+                return False
+        if not plain:
+            return True
+        try:
+            frames = conn.reader.feed(plain)
+        except ProtocolError as exc:
+            self._protocol_failure(conn, exc, now)
+            return False
+        for payload in frames:
+            if not self._on_frame(conn, payload, now):
+                return False
+        return conn.sock is not None
+
+    # --- setup requests: ApiVersions, SaslHandshake, SaslAuthenticate ----------------------------
+    def _send_setup(self, conn: Connection, a, version: int, body: dict, now: int) -> None:
+        f = InFlight(a, body, node_id=conn.node_id, version=version,
                      timeout_ms=self.setup_timeout_ms, now_ms=now, internal=True)
         conn.handshake = f
         self._write_request(conn, f, version, now)
         self._try_write(conn, now)
+
+    def _send_api_versions(self, conn: Connection, version: int, now: int) -> None:
+        conn.handshake_version = version
+        body = {"client_software_name": "kwire", "client_software_version": __version__}
+        self._send_setup(conn, _API_VERSIONS, version, body, now)
+
+    def _start_sasl(self, conn: Connection, now: int) -> None:
+        conn.transition(ConnState.AUTHENTICATING, now)
+        versions = conn.api_versions or {}
+        hs = versions.get(_SASL_HANDSHAKE.key)
+        if hs is None or hs[1] < 1 or _SASL_AUTHENTICATE.key not in versions:
+            raise AuthenticationError(
+                f"node {conn.node_id} ({conn.address}) does not offer SaslHandshake v1 and "
+                f"SaslAuthenticate: is it a SASL listener (security.protocol="
+                f"{self.config.security_protocol})?")
+        cfg = self.config
+        conn.sasl = _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"], cfg["sasl.password"])
+        self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now)
+
+    def _on_sasl_response(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
+        body = _decode_body(f._api, f.version, payload)
+        self._complete(f, body, now, conn, len(payload) + 4)
+        mech = conn.sasl
+        code = body["error_code"]
+        where = f"node {conn.node_id} ({conn.address})"
+        if f.api_key == _SASL_HANDSHAKE.key:
+            if code == _UNSUPPORTED_SASL_MECHANISM:
+                offered = ", ".join(body.get("mechanisms") or []) or "none"
+                raise AuthenticationError(f"{where} does not enable SASL mechanism {mech.name} "
+                                          f"(sasl.mechanism); it offers: {offered}")
+            if code != 0:
+                raise AuthenticationError(f"{where} refused SaslHandshake: {for_code(code)}")
+            self._send_sasl_authenticate(conn, mech.initial(), now)
+            return
+        user = self.config["sasl.username"]
+        if code != 0:
+            raise AuthenticationError(f"SASL {mech.name} authentication as {user!r} failed at {where}: "
+                                      f"{for_code(code, body.get('error_message'))}")
+        try:
+            reply = mech.step(body["auth_bytes"])
+        except AuthenticationError as exc:
+            raise AuthenticationError(f"SASL authentication as {user!r} failed at {where}: {exc}") from None
+        if not mech.done:
+            self._send_sasl_authenticate(conn, reply, now)
+            return
+        lifetime = body.get("session_lifetime_ms") or 0
+        conn.sasl_session_lifetime_ms = lifetime
+        self._become_ready(conn, now)
+        if lifetime > 0:
+            conn.reauth_at_ms = now + int(lifetime * _REAUTH_SHARE * self._rng.uniform(0.95, 1.0))
+        _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
+                   conn.address, mech.name, lifetime or "unlimited")
+
+    def _send_sasl_authenticate(self, conn: Connection, auth_bytes: bytes, now: int) -> None:
+        version = self._choose_version(conn, _SASL_AUTHENTICATE, None)
+        self._send_setup(conn, _SASL_AUTHENTICATE, version, {"auth_bytes": auth_bytes}, now)
+
+    def _become_ready(self, conn: Connection, now: int) -> None:
+        self._authentication_error = None
+        conn.handshake = None
+        conn.sasl = None
+        conn.reauth_at_ms = 0
+        conn.transition(ConnState.READY, now)
+        conn.failures = 0
+        conn.last_error = None
+        if conn.queue:
+            self._flush_queue(conn, now)
 
     def _on_api_versions(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
         """The handshake's answer.
@@ -652,13 +837,11 @@ class NetworkClient:
             from ..errors import for_code
             raise for_code(body["error_code"], f"ApiVersions v{f.version} refused by node {conn.node_id}")
         conn.api_versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-        conn.handshake = None
-        conn.transition(ConnState.READY, now)
-        conn.failures = 0
-        conn.last_error = None
-        _log.debug("node %s (%s) ready; ApiVersions v%d", conn.node_id, conn.address, f.version)
-        if conn.queue:
-            self._flush_queue(conn, now)
+        _log.debug("node %s (%s): ApiVersions v%d answered", conn.node_id, conn.address, f.version)
+        if self._sasl_mechanism is not None:
+            self._start_sasl(conn, now)
+        else:
+            self._become_ready(conn, now)
 
     def _close_conn(self, conn: Connection, error: KwireError, now: int, *, failure: bool = True) -> None:
         was = conn.state
@@ -695,6 +878,11 @@ class NetworkClient:
             # retry, or — for node_id=None requests — another broker is tried).
             while conn.queue:
                 self._fail(conn.queue.popleft(), _as_connection_error(error, conn))
+            if isinstance(error, AuthenticationError):
+                self._authentication_error = error
+                # Every broker takes the same credentials: waiting for another is futile.
+                while self._pending_any:
+                    self._fail(self._pending_any.popleft(), error)
 
     # --- I/O ------------------------------------------------------------------------------------
     def _select(self, timeout_s: float) -> bool:
@@ -774,7 +962,7 @@ class NetworkClient:
             sock = conn.sock
             if sock is None:
                 return
-            direct = reader.direct_buffer()
+            direct = reader.direct_buffer() if conn.tls is None else None
             try:
                 if direct is not None:
                     n = sock.recv_into(direct)
@@ -787,11 +975,17 @@ class NetworkClient:
                     f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
                 return
             if n == 0:
-                where = " mid-response" if reader.mid_frame else ""
+                where = " mid-response" if reader.mid_frame else _CLOSED_DURING.get(conn.state, "")
                 self._close_conn(conn, KafkaConnectionError(
                     f"connection to node {conn.node_id} ({conn.address}) closed by the broker{where}"), now)
                 return
             conn.last_recv_ms = now
+            if conn.tls is not None:
+                if not self._on_tls_bytes(conn, self._read_view[:n], now):
+                    return
+                if n < len(self._read_buf):
+                    return
+                continue
             try:
                 frames = reader.direct_filled(n) if direct is not None else reader.feed(self._read_view[:n])
             except ProtocolError as exc:
@@ -821,7 +1015,14 @@ class NetworkClient:
             f.raw = bytes(payload)
         if f is conn.handshake:
             try:
-                self._on_api_versions(conn, f, payload, now)
+                if f.api_key == _API_VERSIONS.key:
+                    self._on_api_versions(conn, f, payload, now)
+                else:
+                    self._on_sasl_response(conn, f, payload, now)
+            except AuthenticationError as exc:
+                _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
+                self._close_conn(conn, exc, now)
+                return False
             except KwireError as exc:
                 self._protocol_failure(conn, exc, now)
                 return False
@@ -857,8 +1058,10 @@ class NetworkClient:
                 if c.state is ConnState.DISCONNECTED:
                     t = min(t, max(now, c.next_attempt_ms))
         for conn in self._conns.values():
-            if conn.state in (ConnState.CONNECTING, ConnState.NEGOTIATING):
+            if conn.state in SETUP_STATES:
                 t = min(t, conn.state_since_ms + self.setup_timeout_ms)
+            elif conn.reauth_at_ms > now and conn.state is ConnState.READY:
+                t = min(t, conn.reauth_at_ms)  # once due, the next answer or queued request acts
             if conn.queue:
                 t = min(t, min(f.deadline_ms for f in conn.queue))
                 if conn.state is ConnState.DISCONNECTED:
@@ -873,11 +1076,20 @@ class NetworkClient:
             self._fail(f, KafkaTimeoutError(f"{f.api} request timed out after {f.timeout_ms} ms "
                                             f"waiting for a broker connection{self._last_errors(None)}"))
         for conn in list(self._conns.values()):
-            if conn.state in (ConnState.CONNECTING, ConnState.NEGOTIATING) and \
-                    now - conn.state_since_ms >= self.setup_timeout_ms:
+            if conn.state in SETUP_STATES and now - conn.state_since_ms >= self.setup_timeout_ms:
                 self._close_conn(conn, KafkaConnectionError(
                     f"connection setup to node {conn.node_id} ({conn.address}) timed out after "
-                    f"{self.setup_timeout_ms} ms (socket.connection.setup.timeout.ms)"), now)
+                    f"{self.setup_timeout_ms} ms in state {conn.state.name} "
+                    f"(socket.connection.setup.timeout.ms)"), now)
+                continue
+            if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms \
+                    and not conn.in_flight and not conn.out:
+                # KIP-368: the SASL session is about to expire; a fresh connection
+                # re-authenticates.  Queued requests wait for it (see _flush_queue).
+                _log.debug("node %s (%s): SASL session lifetime ending; reconnecting", conn.node_id,
+                           conn.address)
+                self._close_conn(conn, KafkaConnectionError(
+                    f"node {conn.node_id}: SASL session expired; reconnecting"), now, failure=False)
                 continue
             if conn.queue:
                 for f in [f for f in conn.queue if now >= f.deadline_ms]:
@@ -989,8 +1201,15 @@ def _decode_body(a, version: int, payload) -> dict:
         raise
 
 
+def _auth_error(conns) -> AuthenticationError | None:
+    for c in conns:
+        if isinstance(c.last_error, AuthenticationError):
+            return c.last_error
+    return None
+
+
 def _as_connection_error(error: KwireError, conn: Connection) -> KwireError:
-    if isinstance(error, KafkaConnectionError):
+    if isinstance(error, (KafkaConnectionError, AuthenticationError)):
         return error
     err = KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) failed: {error}")
     err.__cause__ = error

@@ -6,10 +6,17 @@ in :meth:`Connection.transition`), the requests queued until it is ready, the re
 and awaiting their response (keyed by correlation id: several may be in flight at once — Kafka
 answers them in order), the bytes not yet written, and the frame reader.
 
-    DISCONNECTED --connect()--> CONNECTING --TCP up--> NEGOTIATING --ApiVersions--> READY
-         ^                          |                      |                          |
-         +--------------------------+----------------------+--------------------------+
-                       failure / timeout / peer closed / close()
+    DISCONNECTED --connect()--> CONNECTING --TCP up--> [TLS_HANDSHAKE] --> NEGOTIATING
+                                                                             | ApiVersions
+                                         READY <-- SaslHandshake + SaslAuthenticate rounds --
+                                           ^              [AUTHENTICATING]                   |
+                                           +-------------------------------------------------+
+                                                         (no SASL)
+    any state --failure / timeout / peer closed / close()--> DISCONNECTED
+
+TLS_HANDSHAKE is passed through for security.protocol ssl / sasl_ssl, AUTHENTICATING for
+sasl_plaintext / sasl_ssl.  Until READY, the one request on the wire is the setup request
+(``handshake``: ApiVersions, SaslHandshake or SaslAuthenticate); user requests wait in ``queue``.
 """
 from __future__ import annotations
 
@@ -26,16 +33,24 @@ from .framing import FrameReader
 class ConnState(enum.Enum):
     DISCONNECTED = "disconnected"
     CONNECTING = "connecting"  # TCP connect in progress
+    TLS_HANDSHAKE = "tls_handshake"  # TLS handshake in progress
     NEGOTIATING = "negotiating"  # ApiVersions sent, answer pending
+    AUTHENTICATING = "authenticating"  # SaslHandshake / SaslAuthenticate in progress
     READY = "ready"
 
 
 _LEGAL: dict[ConnState, frozenset[ConnState]] = {
     ConnState.DISCONNECTED: frozenset({ConnState.CONNECTING}),
-    ConnState.CONNECTING: frozenset({ConnState.NEGOTIATING, ConnState.DISCONNECTED}),
-    ConnState.NEGOTIATING: frozenset({ConnState.READY, ConnState.DISCONNECTED}),
+    ConnState.CONNECTING: frozenset({ConnState.TLS_HANDSHAKE, ConnState.NEGOTIATING, ConnState.DISCONNECTED}),
+    ConnState.TLS_HANDSHAKE: frozenset({ConnState.NEGOTIATING, ConnState.DISCONNECTED}),
+    ConnState.NEGOTIATING: frozenset({ConnState.AUTHENTICATING, ConnState.READY, ConnState.DISCONNECTED}),
+    ConnState.AUTHENTICATING: frozenset({ConnState.READY, ConnState.DISCONNECTED}),
     ConnState.READY: frozenset({ConnState.DISCONNECTED}),
 }
+
+# States between TCP connect and READY: bounded by socket.connection.setup.timeout.ms.
+SETUP_STATES = frozenset({ConnState.CONNECTING, ConnState.TLS_HANDSHAKE, ConnState.NEGOTIATING,
+                          ConnState.AUTHENTICATING})
 
 
 class InFlight:
@@ -149,6 +164,10 @@ class Connection:
         self.last_recv_ms = 0
         self.write_registered = False
         self.addr_index = 0  # which getaddrinfo result to try next
+        self.tls = None  # TlsSession while connected with TLS
+        self.sasl = None  # the SASL mechanism during AUTHENTICATING
+        self.sasl_session_lifetime_ms = 0  # KIP-368: the broker's answer, 0 = no limit
+        self.reauth_at_ms = 0  # when to replace the connection to re-authenticate (0 = never)
 
     @property
     def address(self) -> str:
@@ -176,6 +195,9 @@ class Connection:
         self.abandoned = {}
         self.handshake = None
         self.write_registered = False
+        self.tls = None
+        self.sasl = None
+        self.reauth_at_ms = 0
 
     def __repr__(self) -> str:
         return f"<Connection node={self.node_id} {self.address} {self.state.name}>"

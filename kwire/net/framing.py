@@ -6,9 +6,11 @@ Wire layout::
 
 :class:`FrameReader` is fed whatever ``recv`` produced and hands back complete payloads.  A size
 above ``max_frame_bytes`` (or negative) raises :class:`~kwire.errors.ProtocolError` *before*
-anything is allocated: a bogus or hostile size must never make us reserve gigabytes.  Large
-payloads can be read straight into their final buffer (:meth:`FrameReader.direct_buffer`) so a
-50 MB Fetch response is not copied through a small scratch buffer.
+anything is allocated.  Within the limit, the payload buffer still grows with the bytes that
+actually arrive (doubling, from 64 KiB), never with what the size prefix claims: a peer that
+announces 2 GB and sends ten bytes costs us 64 KiB, and memory stays under twice what was
+received.  Large payloads are read straight into that buffer (:meth:`FrameReader.direct_buffer`)
+so a 50 MB Fetch response is not copied through a small scratch buffer.
 """
 from __future__ import annotations
 
@@ -20,17 +22,20 @@ _I32 = struct.Struct(">i")
 
 # Reading a payload this large or larger goes straight into its own buffer.
 DIRECT_READ_MIN_BYTES = 64 * 1024
+# First allocation for a payload; then the buffer doubles as data arrives, up to its size.
+INITIAL_BUFFER_BYTES = 64 * 1024
 
 
 class FrameReader:
     """Accumulates bytes; returns complete frame payloads (``bytearray``) in order."""
 
-    __slots__ = ("max_frame_bytes", "_header", "_body", "_filled")
+    __slots__ = ("max_frame_bytes", "_header", "_body", "_size", "_filled")
 
     def __init__(self, max_frame_bytes: int):
         self.max_frame_bytes = max_frame_bytes
         self._header = bytearray()  # partial size prefix (< 4 bytes)
-        self._body: bytearray | None = None  # payload being filled
+        self._body: bytearray | None = None  # payload being filled (its capacity may be < _size)
+        self._size = 0  # the payload's size, from its prefix
         self._filled = 0  # bytes of _body already filled
 
     @property
@@ -42,14 +47,26 @@ class FrameReader:
         if size < 0 or size > self.max_frame_bytes:
             raise ProtocolError(f"response frame claims {size} bytes; the limit is "
                                 f"{self.max_frame_bytes} (receive.message.max.bytes + slack)")
-        self._body = bytearray(size)
+        self._body = bytearray(min(size, INITIAL_BUFFER_BYTES))
+        self._size = size
         self._filled = 0
+
+    def _reserve(self, need: int) -> bytearray:
+        """Capacity for ``need`` more bytes: double (capped at the payload size) when short.
+        A new buffer each time, so a caller's lingering view of the old one is harmless."""
+        body = self._body
+        want = self._filled + need
+        if want > len(body):
+            new = bytearray(min(self._size, max(want, 2 * len(body))))
+            new[:self._filled] = memoryview(body)[:self._filled]
+            self._body = body = new
+        return body
 
     def direct_buffer(self) -> memoryview | None:
         """Where the next ``recv_into`` may write directly, when a large payload is half read."""
-        body = self._body
-        if body is None or len(body) - self._filled < DIRECT_READ_MIN_BYTES:
+        if self._body is None or self._size - self._filled < DIRECT_READ_MIN_BYTES:
             return None
+        body = self._reserve(DIRECT_READ_MIN_BYTES)
         return memoryview(body)[self._filled:]
 
     def direct_filled(self, n: int) -> list[bytearray]:
@@ -59,10 +76,10 @@ class FrameReader:
 
     def _finish_if_full(self, out: list[bytearray]) -> list[bytearray]:
         body = self._body
-        if body is not None and self._filled == len(body):
-            out.append(body)
+        if body is not None and self._filled == self._size:
+            out.append(body)  # len(body) == _size: the capacity never exceeds the size
             self._body = None
-            self._filled = 0
+            self._filled = self._size = 0
         return out
 
     def feed(self, data) -> list[bytearray]:
@@ -71,8 +88,7 @@ class FrameReader:
         out: list[bytearray] = []
         pos, end = 0, len(mv)
         while pos < end:
-            body = self._body
-            if body is None:
+            if self._body is None:
                 need = 4 - len(self._header)
                 if not self._header and end - pos >= 4:
                     size = _I32.unpack_from(mv, pos)[0]
@@ -88,7 +104,8 @@ class FrameReader:
                 self._start(size)
                 self._finish_if_full(out)  # zero-length payloads
                 continue
-            take = min(len(body) - self._filled, end - pos)
+            take = min(self._size - self._filled, end - pos)
+            body = self._reserve(take)
             body[self._filled:self._filled + take] = mv[pos:pos + take]
             self._filled += take
             pos += take
