@@ -720,3 +720,13 @@ def test_renderer_colours_only_terminals():
     plain = io.StringIO()
     Renderer(stream=plain).write({"kind": "note", "ts": 0.0, "reason": "x"})
     assert plain.getvalue() == "00:00:00.000000  NOTE\n  what: x\n"
+
+
+def test_sasl_credentials_are_never_printed(capsys):
+    secret = b"\x00alice\x00s3cret-password"
+    frame = P.encode_request("SaslAuthenticate", 2, {"auth_bytes": secret}, correlation_id=5)
+    for fmt in ("text", "json"):
+        code, out, err = run_cli(capsys, "--hex", frame.hex(), "--format", fmt)
+        assert code == 0, err
+        assert "s3cret" not in out and secret.hex() not in out
+        assert "redacted" in out

@@ -3,11 +3,10 @@
 # `make test` works the same on a fresh machine and on one that already has them.
 #   java      PySpark (local[2])
 #   tcpdump   the live capture test of `kwire decode`; editcap (from tshark) converts to pcapng
-#   postgres  Tansu on PostgreSQL storage, for the broker-restart test
 set -euo pipefail
 
-# usage: system-deps.sh [java] [capture] [postgres]   (no argument: all of them)
-wanted=" ${*:-java capture postgres} "
+# usage: system-deps.sh [java] [capture]   (no argument: all of them)
+wanted=" ${*:-java capture} "
 need=()
 if [[ $wanted == *" java "* ]]; then
   command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
@@ -15,9 +14,6 @@ fi
 if [[ $wanted == *" capture "* ]]; then
   command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
   command -v editcap >/dev/null 2>&1 || need+=(tshark)
-fi
-if [[ $wanted == *" postgres "* ]]; then
-  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 fi
 
 if [ ${#need[@]} -eq 0 ]; then

@@ -206,10 +206,17 @@ def _with_records_by_name(value: Any, full: bool) -> Any:
     return value
 
 
+# SASL credentials travel in SaslAuthenticate's auth_bytes: a capture holds them in clear, but
+# kwire never prints them (the live tracer gets them redacted already).
+_SASL_AUTHENTICATE_KEY = 36
+
+
 def prepare_body(event: dict, records: str = "summary") -> Any:
     body = event.get("body")
     if not isinstance(body, dict):
         return body
+    if event.get("api_key") == _SASL_AUTHENTICATE_KEY and isinstance(body.get("auth_bytes"), (bytes, bytearray)):
+        body = dict(body, auth_bytes=f"<redacted: {len(body['auth_bytes'])} bytes>")
     plan = _plan_for(event)
     full = records == "full"
     return _with_records(body, plan, full) if plan is not None else _with_records_by_name(body, full)
