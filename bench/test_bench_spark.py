@@ -1,0 +1,201 @@
+"""Spark: count N records of a Tansu topic in local[2], kwire against confluent-kafka.
+
+Contenders (each counts every record of the topic, one Spark task per partition):
+
+* ``kwire-arrow-df``      ``kwire.spark.read_kafka(...).count()``: mapInArrow, executors decode
+                          Fetch answers straight into Arrow record batches
+* ``kwire-data-source``   ``spark.read.format("kwire")...load().count()``: the Python Data Source,
+                          same Arrow path
+* ``kwire-arrow-rdd``     ``mapPartitions`` over the planned ranges, summing Arrow batch sizes
+                          (the decoding without Spark's Arrow transfer to the JVM)
+* ``kwire-rows-rdd``      ``kwire.spark.kafka_rdd(...).count()``: one KafkaRow tuple per record
+* ``confluent-rdd``       ``mapPartitions`` with a confluent_kafka.Consumer per task (assign,
+                          consume(num_messages=10000)), default settings
+* ``confluent-rdd-backoff10``  the same with ``fetch.queue.backoff.ms=10``
+
+Ratios against both confluent runs land in each kwire benchmark's ``extra_info``; nothing is
+asserted about time.  ``KWIRE_BENCH_SPARK_RECORDS`` sets N (default 1,000,000);
+``KWIRE_BENCH_SMOKE=1`` makes it 5,000 so the file can run as a smoke test.
+
+    python -m pytest bench/test_bench_spark.py -p no:cacheprovider
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kwire.errors import KwireError  # noqa: F401  (import order: see kwire/records.py)
+
+ROOT = str(Path(__file__).resolve().parent.parent)
+SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")
+N = int(os.environ.get("KWIRE_BENCH_SPARK_RECORDS", "5000" if SMOKE else "1000000"))
+PARTITIONS = 4
+VALUE_BYTES = 100
+ROUNDS = 1 if SMOKE else 3
+
+RATES: dict[str, float] = {}  # contender -> records/s (best round)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *paths])
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("kwire-bench")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def topic():
+    """(bootstrap, topic) holding N records of VALUE_BYTES-byte values in PARTITIONS partitions."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kwire.embedded import TansuBroker
+
+    with TansuBroker() as broker:
+        name = f"bench-spark-{uuid.uuid4().hex[:8]}"
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic(name, PARTITIONS, 1)]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                      "queue.buffering.max.messages": 1_000_000})
+        value = b"x" * VALUE_BYTES
+        for i in range(N):
+            while True:
+                try:
+                    p.produce(name, key=b"%08d" % i, value=value, partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        assert p.flush(120) == 0
+        yield broker.bootstrap, name
+
+
+def _ranges(bootstrap, name):
+    import kwire.spark as ks
+    from kwire.spark.offset_reader import OffsetReader
+
+    with OffsetReader(ks.parse_options({"kafka.bootstrap.servers": bootstrap, "subscribe": name})) as r:
+        plan, _ = r.plan_batch()
+    assert plan.total == N
+    return plan.ranges
+
+
+def _run(benchmark, name, fn):
+    result = benchmark.pedantic(fn, rounds=ROUNDS, iterations=1, warmup_rounds=0 if SMOKE else 1)
+    assert result == N
+    best = benchmark.stats.stats.min
+    RATES[name] = N / best
+    benchmark.extra_info["records"] = N
+    benchmark.extra_info["records_per_s"] = round(N / best)
+    for peer in ("confluent-rdd", "confluent-rdd-backoff10"):
+        if not name.startswith("confluent") and peer in RATES:
+            benchmark.extra_info[f"ratio_vs_{peer}"] = round(RATES[name] / RATES[peer], 2)
+
+
+def _confluent_count(bootstrap, extra):
+    def count(ranges):
+        from confluent_kafka import Consumer, TopicPartition
+
+        total = 0
+        for r in ranges:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                          "enable.auto.commit": False, "enable.partition.eof": False, **extra})
+            c.assign([TopicPartition(r.topic, r.partition, r.from_offset)])
+            pos = r.from_offset
+            deadline = time.monotonic() + 120
+            while pos < r.until_offset and time.monotonic() < deadline:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    if m.error() is None and m.offset() < r.until_offset:
+                        total += 1
+                        pos = m.offset() + 1
+            c.close()
+        yield total
+    return count
+
+
+@pytest.mark.parametrize("name, extra", [("confluent-rdd", {}),
+                                         ("confluent-rdd-backoff10", {"fetch.queue.backoff.ms": 10})])
+def test_confluent_mappartitions(benchmark, spark, topic, name, extra):
+    bootstrap, t = topic
+    ranges = _ranges(bootstrap, t)
+    sc = spark.sparkContext
+    fn = _confluent_count(bootstrap, extra)
+    _run(benchmark, name, lambda: sc.parallelize(ranges, len(ranges)).mapPartitions(fn).sum())
+
+
+def test_kwire_arrow_dataframe(benchmark, spark, topic):
+    import kwire.spark as ks
+
+    bootstrap, t = topic
+    _run(benchmark, "kwire-arrow-df",
+         lambda: ks.read_kafka(spark, **{"kafka.bootstrap.servers": bootstrap, "subscribe": t}).count())
+
+
+def test_kwire_data_source(benchmark, spark, topic):
+    import kwire.spark as ks
+
+    bootstrap, t = topic
+    ks.register(spark)
+    _run(benchmark, "kwire-data-source",
+         lambda: spark.read.format("kwire").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", t).load().count())
+
+
+def test_kwire_arrow_rdd(benchmark, spark, topic):
+    from kwire.spark.reader import ReadSettings, read_range_arrow
+
+    bootstrap, t = topic
+    ranges = _ranges(bootstrap, t)
+    settings = ReadSettings({"bootstrap.servers": bootstrap})
+
+    def count(rs):
+        yield sum(b.num_rows for r in rs for b in read_range_arrow(settings, r))
+
+    sc = spark.sparkContext
+    _run(benchmark, "kwire-arrow-rdd", lambda: sc.parallelize(ranges, len(ranges)).mapPartitions(count).sum())
+
+
+def test_kwire_rows_rdd(benchmark, spark, topic):
+    import kwire.spark as ks
+
+    bootstrap, t = topic
+    ranges = _ranges(bootstrap, t)
+    _run(benchmark, "kwire-rows-rdd",
+         lambda: ks.kafka_rdd(spark.sparkContext, {"bootstrap.servers": bootstrap}, ranges).count())
+
+
+class _Summary:
+    """A pytest plugin, registered by this module, that prints the ratio table at the end."""
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not RATES:
+            return
+        write = terminalreporter.write_line
+        write("")
+        write(f"Spark local[2]: {N:,} records of {VALUE_BYTES} B in {PARTITIONS} partitions, best of {ROUNDS}")
+        for name, rate in sorted(RATES.items(), key=lambda kv: -kv[1]):
+            ratios = "  ".join(f"{rate / RATES[p]:5.2f}x {p}" for p in ("confluent-rdd", "confluent-rdd-backoff10")
+                               if p in RATES and not name.startswith("confluent"))
+            write(f"  {name:26s} {rate / 1e6:7.3f} M rec/s   {ratios}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary(request):
+    plugins = request.config.pluginmanager
+    if not plugins.has_plugin("kwire-spark-bench-summary"):
+        plugins.register(_Summary(), "kwire-spark-bench-summary")

@@ -1,0 +1,44 @@
+"""Kafka into PySpark through kwire.
+
+Modelled on Spark's own Kafka source: the driver plans ``[from, until)`` offset ranges with pure
+functions (:mod:`kwire.spark.planner`) from offsets it looks up (:mod:`kwire.spark.offset_reader`);
+executors read exactly those ranges without joining a consumer group, over cached connections
+(:mod:`kwire.spark.reader`), decoding straight into Arrow (:mod:`kwire.spark.arrow`); offsets
+are committed by the driver after the job (``commitToGroup``).
+
+Three ways in::
+
+    df = kwire.spark.read_kafka(spark, **{"kafka.bootstrap.servers": "h:9092", "subscribe": "t"})
+
+    kwire.spark.register(spark)
+    df = spark.read.format("kwire").option("kafka.bootstrap.servers", "h:9092") \\
+                                   .option("subscribe", "t").load()
+    stream = spark.readStream.format("kwire").option(...).load()
+
+    rdd = kwire.spark.kafka_rdd(sc, {"bootstrap.servers": "h:9092"}, [("t", 0, 0, 100)])
+
+Options are Spark's Kafka source options (:mod:`kwire.spark.options`) plus
+``startingOffsets=group`` and ``commitToGroup``.
+"""
+from __future__ import annotations
+
+from .dataframe import PendingCommit, await_commit, kafka_rdd, read_kafka
+from .options import OffsetSpec, SourceOptions, parse_options
+from .planner import DataLossError, OffsetRange, Plan, plan_ranges, split_ranges
+from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_clients
+from .schema import kafka_schema, kafka_schema_ddl
+
+__all__ = [
+    "read_kafka", "kafka_rdd", "register", "await_commit", "PendingCommit",
+    "parse_options", "SourceOptions", "OffsetSpec",
+    "OffsetRange", "Plan", "plan_ranges", "split_ranges", "DataLossError",
+    "KafkaRow", "KafkaRowWithHeaders", "ReadSettings", "close_cached_clients",
+    "kafka_schema", "kafka_schema_ddl",
+]
+
+
+def register(spark) -> None:
+    """Register the "kwire" Python Data Source with ``spark`` (batch and streaming reads)."""
+    from .datasource import KwireDataSource
+
+    spark.dataSource.register(KwireDataSource)

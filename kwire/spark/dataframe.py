@@ -1,0 +1,200 @@
+"""``read_kafka`` (DataFrame) and ``kafka_rdd`` (RDD): Kafka into PySpark without a Data Source.
+
+:func:`read_kafka` plans on the driver, then ships one planned range per Spark partition to
+``mapInArrow``, whose executors decode Fetch answers straight into Arrow record batches (when
+pyarrow is missing it falls back to the row path through an RDD).  With ``commitToGroup`` the
+DataFrame carries a :class:`PendingCommit`: once the first Spark action over it succeeds (a
+``pyspark.sql.Observation`` on the DataFrame tells), the driver commits the planned end
+offsets to the group.
+
+:func:`kafka_rdd` reads ranges you planned yourself and yields :class:`~kwire.spark.reader.KafkaRow`
+tuples.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import threading
+import uuid
+from typing import Any, Iterable, Mapping
+
+from ..config import parse_config
+from ..errors import KafkaTimeoutError, KwireError
+from .offset_reader import OffsetReader
+from .options import SourceOptions, parse_options
+from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
+from .schema import kafka_schema
+
+__all__ = ["read_kafka", "kafka_rdd", "await_commit", "PendingCommit"]
+
+_log = logging.getLogger("kwire.spark")
+
+_RANGES_SCHEMA = "topic string, partition int, from_offset long, until_offset long"
+
+
+class _ArrowRanges:
+    """The ``mapInArrow`` function: each input row is a range to read (runs on executors)."""
+
+    def __init__(self, settings: ReadSettings):
+        self.settings = settings
+
+    def __call__(self, batches):
+        from .arrow import kafka_arrow_schema
+
+        schema = kafka_arrow_schema(self.settings.include_headers)
+        for batch in batches:
+            for row in batch.to_pylist():
+                r = (row["topic"], row["partition"], row["from_offset"], row["until_offset"])
+                yield from read_range_arrow(self.settings, r, schema)
+
+
+class _RowRanges:
+    """The ``mapPartitions`` function of :func:`kafka_rdd` (runs on executors)."""
+
+    def __init__(self, settings: ReadSettings):
+        self.settings = settings
+
+    def __call__(self, ranges):
+        for r in ranges:
+            yield from read_range_rows(self.settings, r)
+
+
+def _have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value)
+    return str(value)
+
+
+def read_kafka(spark, **options: Any):
+    """A DataFrame of the records the options select (Spark's Kafka source options; see
+    :mod:`kwire.spark.options`), in Spark's Kafka schema.
+
+    Planning happens now, on the driver: an unknown option, malformed JSON, a missing topic or
+    an unreachable cluster raise here, before any task runs.
+    """
+    opts = parse_options(options, streaming=False)
+    with OffsetReader(opts) as offsets:
+        plan, _ = offsets.plan_batch()
+    settings = ReadSettings.from_options(opts)
+    schema = kafka_schema(opts.include_headers)
+    sc = spark.sparkContext
+    rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
+    if _have("pyarrow") and _have("pandas"):  # mapInArrow wants pandas installed, though unused
+        ranges = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))), _RANGES_SCHEMA)
+        df = ranges.mapInArrow(_ArrowRanges(settings), schema)
+    elif _have("pyarrow"):  # the Data Source, reading the ranges planned here
+        from .datasource import PLANNED_RANGES_OPTION, KwireDataSource
+
+        spark.dataSource.register(KwireDataSource)
+        reader = spark.read.format("kwire")
+        for k, v in options.items():
+            if k.lower() != "committogroup" and v is not None:
+                reader = reader.option(k, _option_text(v))
+        df = reader.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
+    else:
+        rdd = sc.parallelize(plan.ranges, max(1, len(plan.ranges))).mapPartitions(_RowRanges(settings))
+        df = spark.createDataFrame(rdd, schema)
+    if opts.commit_group:
+        df = _commit_after_first_action(df, opts, plan.end,
+                                        nothing_to_read=not any(r.until_offset > r.from_offset for r in plan.ranges))
+    return df
+
+
+def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, include_headers: bool = False,
+              fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
+    """An RDD of the records in ``offset_ranges``, one Spark partition per range.
+
+    ``config`` is a kwire configuration (``{"bootstrap.servers": ...}``); each range is an
+    :class:`~kwire.spark.planner.OffsetRange` or a ``(topic, partition, from, until)`` tuple.
+    Elements are :class:`~kwire.spark.reader.KafkaRow` tuples (``KafkaRowWithHeaders`` with
+    ``include_headers``), which ``spark.createDataFrame(rdd, kafka_schema())`` accepts.
+    """
+    cfg = parse_config(dict(config), role="consumer")
+    settings = ReadSettings(dict(cfg.user), include_headers, fail_on_data_loss, poll_timeout_ms)
+    ranges = [_as_range(r) for r in offset_ranges]
+    return sc.parallelize(ranges, max(1, len(ranges))).mapPartitions(_RowRanges(settings))
+
+
+# --- commitToGroup for batch reads --------------------------------------------------------------
+
+class PendingCommit:
+    """The ``commitToGroup`` commit of a :func:`read_kafka` DataFrame (``df.kwire_commit``).
+
+    A driver thread waits for the DataFrame's first successful action, then commits
+    ``offsets`` to ``group``.  :meth:`wait` returns what was committed, or raises why not.
+    """
+
+    def __init__(self, options: SourceOptions, offsets: Mapping[tuple[str, int], int], observation):
+        self.options = options
+        self.group = options.commit_group
+        self.offsets = dict(offsets)
+        self.committed: dict | None = None
+        self.error: BaseException | None = None
+        self._observation = observation
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"kwire-commit-{self.group}", daemon=True)
+        self._thread.start()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _run(self) -> None:
+        # With nothing planned there is no job that could fail (and Spark reports no metrics
+        # for an empty plan), so the end offsets -- which equal the start -- are committed now.
+        if self._observation is not None:
+            try:
+                self._observation.get  # blocks until an action over the DataFrame has succeeded
+            except Exception as exc:  # e.g. the session stopped before any action
+                self.error = exc
+                self._done.set()
+                return
+        try:
+            with OffsetReader(self.options) as offsets:
+                offsets.commit(self.group, self.offsets)
+            self.committed = dict(self.offsets)
+            _log.info("kwire.spark: committed %s to group %r", self.offsets, self.group)
+        except BaseException as exc:
+            self.error = exc
+            _log.error("kwire.spark: committing to group %r failed: %s", self.group, exc)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout_s: float | None = None) -> dict:
+        if not self._done.wait(timeout_s):
+            raise KafkaTimeoutError(f"the commit to group {self.group!r} has not happened within "
+                                    f"{timeout_s} s (it waits for the DataFrame's first action)")
+        if self.error is not None:
+            raise self.error
+        return dict(self.committed or {})
+
+
+def _commit_after_first_action(df, options: SourceOptions, end: Mapping, nothing_to_read: bool = False):
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if nothing_to_read:
+        df.kwire_commit = PendingCommit(options, end, None)
+        return df
+
+    observation = Observation(f"kwire-commit-{uuid.uuid4().hex}")
+    observed = df.observe(observation, F.count(F.lit(1)).alias("records"))
+    observed.kwire_commit = PendingCommit(options, end, observation)
+    return observed
+
+
+def await_commit(df, timeout_s: float | None = None) -> dict:
+    """Wait for the ``commitToGroup`` commit of a :func:`read_kafka` DataFrame; return the
+    committed offsets ``{(topic, partition): offset}``."""
+    pending = getattr(df, "kwire_commit", None)
+    if pending is None:
+        raise KwireError("this DataFrame has no commit pending (was it made by read_kafka with "
+                         "commitToGroup?  Derived DataFrames do not carry it)")
+    return pending.wait(timeout_s)

@@ -1,0 +1,251 @@
+"""The PySpark Python Data Source "kwire": ``spark.read.format("kwire")`` and ``readStream``.
+
+Register it once per session with :func:`kwire.spark.register`.  Where each piece runs:
+
+* options are parsed when Spark instantiates the source (a Python process of the driver);
+* ``partitions()`` (batch) and ``initialOffset`` / ``latestOffset`` / ``partitions`` /
+  ``commit`` (streaming) plan on the driver: metadata, ListOffsets, OffsetFetch, OffsetCommit;
+* ``read()`` runs in the executors' Python workers, one call per planned range, and yields
+  ``pyarrow.RecordBatch`` es decoded straight from the Fetch answers.
+
+Streaming offsets are Spark's Kafka format, ``{"topic": {"0": 42}}`` (next offset to read),
+checkpointed by Spark.  ``maxOffsetsPerTrigger`` becomes the default read limit
+(``ReadMaxRows``); ``Trigger.AvailableNow`` reads up to the offsets that were latest when the
+query started, in as many micro-batches as the limit asks.  ``commitToGroup`` commits each
+micro-batch's end offsets once the batch is done: when Spark asks for the next batch's end
+(``latestOffset``, which it does only after the previous batch completed, and once more before
+a Trigger.AvailableNow run stops) or calls ``commit``, whichever comes first.
+
+Batch reads with ``commitToGroup`` go through :func:`kwire.spark.read_kafka`: a Data Source
+batch read has no hook that runs after the job, so the option is refused here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from ..errors import ConfigError
+from . import planner
+from .offset_reader import OffsetReader, log_plan
+from .options import SourceOptions, parse_options
+from .planner import OffsetRange
+from .reader import ReadSettings, read_range_arrow, read_range_rows
+from .schema import kafka_schema_ddl
+
+try:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+except ImportError:  # PySpark < 4.2: no read limits
+    ReadAllAvailable = ReadMaxRows = None
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
+__all__ = ["KwireDataSource", "RangePartition", "PLANNED_RANGES_OPTION"]
+
+# Internal: read_kafka plans on the driver and hands the ranges over, so they are not planned
+# twice (and a commit covers exactly what was read).  JSON [[topic, partition, from, until], ...]
+PLANNED_RANGES_OPTION = "kwire.plannedranges"
+
+_log = logging.getLogger("kwire.spark")
+
+
+class RangePartition(InputPartition):
+    """One planned range: ``value`` is ``(topic, partition, from_offset, until_offset)``."""
+
+    def __init__(self, r: OffsetRange):
+        super().__init__((r.topic, r.partition, r.from_offset, r.until_offset))
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(*self.value)
+
+
+def _include_headers(options) -> bool:
+    for k, v in dict(options).items():
+        if k.lower() == "includeheaders":
+            return str(v).strip().lower() in ("true", "1", "yes", "on")
+    return False
+
+
+def _split_planned(options) -> tuple[dict, list[OffsetRange] | None]:
+    """The options without the internal planned-ranges option, and those ranges (or None)."""
+    options = dict(options)
+    planned = None
+    for k in list(options):
+        if k.lower() == PLANNED_RANGES_OPTION:
+            planned = [OffsetRange(t, int(p), int(a), int(b)) for t, p, a, b in json.loads(options.pop(k))]
+    return options, planned
+
+
+def _read(settings: ReadSettings, partition: InputPartition) -> Iterator:
+    if partition.value is None:  # Spark's stand-in when a plan has no partitions
+        return iter(())
+    if importlib.util.find_spec("pyarrow") is None:
+        return read_range_rows(settings, partition.value)
+    return read_range_arrow(settings, partition.value)
+
+
+class KwireDataSource(DataSource):
+    """``format("kwire")``: Kafka through kwire, with the options of Spark's Kafka source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kwire"
+
+    def schema(self) -> str:
+        # Spark asks for the schema at load(), before it knows whether this is read or
+        # readStream: check the options now (unknown names, malformed JSON) if they are wrong
+        # for both; reader() / streamReader() apply the rules of their kind.
+        options, _ = _split_planned(self.options)
+        try:
+            parse_options(options, streaming=False)
+        except ConfigError as batch_error:
+            try:
+                parse_options(options, streaming=True)
+            except ConfigError:
+                raise batch_error from None
+        return kafka_schema_ddl(_include_headers(self.options))
+
+    def reader(self, schema) -> DataSourceReader:
+        options, planned = _split_planned(self.options)
+        opts = parse_options(options, streaming=False)
+        if opts.commit_group:
+            raise ConfigError("option 'commitToGroup' needs a hook after the job, which a Data Source "
+                              "batch read does not have: use kwire.spark.read_kafka(spark, ...) for "
+                              "batch reads, or readStream")
+        return KwireBatchReader(opts, planned)
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return KwireStreamReader(parse_options(self.options, streaming=True))
+
+
+class KwireBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions, planned: list[OffsetRange] | None = None):
+        self.options = options
+        self.settings = ReadSettings.from_options(options)
+        self.planned = planned
+
+    def partitions(self):
+        ranges = self.planned
+        if ranges is None:
+            with OffsetReader(self.options) as offsets:
+                plan, _ = offsets.plan_batch()
+            ranges = plan.ranges
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition):
+        return _read(self.settings, partition)
+
+
+class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over ``[start, end)`` offsets; the driver state (a connection, the
+    Trigger.AvailableNow target) stays out of what is pickled for the executors."""
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self.settings = ReadSettings.from_options(options)
+        self._offsets: OffsetReader | None = None
+        self._target: dict | None = None  # Trigger.AvailableNow: read no further than this
+        self._latest: dict | None = None
+        self._committed: dict | None = None  # the last offsets committed to commitToGroup
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_offsets"] = None
+        return state
+
+    @property
+    def offsets(self) -> OffsetReader:
+        if self._offsets is None:
+            self._offsets = OffsetReader(self.options)
+        return self._offsets
+
+    # --- offsets --------------------------------------------------------------------------
+    def initialOffset(self) -> dict:
+        o = self.options
+        r = self.offsets
+        tps = r.partitions()
+        planner.check_named_partitions(o.starting, tps, "startingOffsets")
+        earliest, latest = r.earliest(tps), r.latest(tps)
+        start = r.resolve_start(tps, earliest, latest)
+        _log.info("kwire.spark: stream starts at %s", start)
+        return planner.offsets_to_json(start)
+
+    def getDefaultReadLimit(self):
+        if self.options.max_offsets_per_trigger and ReadMaxRows is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        r = self.offsets
+        self._target = r.latest(r.partitions())
+        _log.info("kwire.spark: Trigger.AvailableNow reads up to %s", self._target)
+
+    def latestOffset(self, start: dict = None, limit=None) -> dict:
+        if start:
+            # Spark plans the next batch only once the one ending at `start` is done, so this
+            # is the first moment the last batch of a run (Trigger.AvailableNow's included) can
+            # be committed; commit() below would only be called at the next run.
+            self._commit(start)
+        r = self.offsets
+        tps = r.partitions()
+        latest = r.latest(tps)
+        self._latest = latest
+        if self._target is not None:
+            latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items()}
+        if start is None:
+            # PySpark before 4.2 calls latestOffset() without the start or a limit: all there is
+            # (maxOffsetsPerTrigger needs 4.2's read limits).
+            return planner.offsets_to_json(latest)
+        begin = planner.offsets_from_json(start)
+        new = [tp for tp in tps if tp not in begin]
+        if new:  # partitions that appeared since the last batch start at their beginning
+            begin.update(r.earliest(new))
+        max_rows = getattr(limit, "max_rows", None)
+        # A partition whose log now ends before `begin` keeps `begin` (partitions() reports the
+        # loss); one that disappeared is left out (ditto).
+        return planner.offsets_to_json(planner.cap_offsets(begin, latest, max_rows))
+
+    def reportLatestOffset(self):
+        return None if self._latest is None else planner.offsets_to_json(self._latest)
+
+    def partitions(self, start: dict, end: dict):
+        o = self.options
+        r = self.offsets
+        begin = planner.offsets_from_json(start)
+        until = planner.offsets_from_json(end)
+        tps = sorted(set(begin) | set(until))
+        earliest = r.earliest([tp for tp in tps if tp in until])
+        latest = r.latest([tp for tp in tps if tp in until])
+        plan = planner.plan_ranges(begin, until, earliest=earliest, latest=latest,
+                                   fail_on_data_loss=o.fail_on_data_loss,
+                                   min_partitions=o.min_partitions,
+                                   max_records_per_partition=o.max_records_per_partition)
+        for w in plan.warnings:
+            _log.warning("kwire.spark: %s", w)
+        log_plan(plan, latest)
+        return [RangePartition(rg) for rg in plan.ranges]
+
+    def read(self, partition):
+        return _read(self.settings, partition)
+
+    def commit(self, end: dict) -> None:
+        self._commit(end)
+
+    def _commit(self, end: dict) -> None:
+        group = self.options.commit_group
+        if not group or end == self._committed:
+            return
+        offsets = planner.offsets_from_json(end)
+        self.offsets.commit(group, offsets)
+        self._committed = end
+        _log.info("kwire.spark: committed %s to group %r", offsets, group)
+
+    def stop(self) -> None:
+        if self._offsets is not None:
+            self._offsets.close()
+            self._offsets = None

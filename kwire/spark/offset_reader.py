@@ -1,0 +1,434 @@
+"""Driver-side cluster look-ups for the Spark source: partitions, offsets, group commits.
+
+:class:`OffsetReader` owns one :class:`~kwire.net.NetworkClient` and answers the questions
+planning asks -- which partitions are read, their earliest / latest offsets, the offsets for
+timestamps, a group's committed offsets -- then hands the answers (plain dicts) to the pure
+functions of :mod:`kwire.spark.planner`.  It also commits a plan's end offsets for
+``commitToGroup``.
+
+Requests, each sent where Kafka wants it::
+
+    Metadata         any broker       topics, partitions, leaders, topic ids
+    ListOffsets      partition leader timestamp -2 earliest, -1 latest, >= 0 first offset at/after
+    FindCoordinator  any broker       the group's coordinator (key_type 0)
+    OffsetFetch      coordinator      committed offsets (-1: none)
+    OffsetCommit     coordinator      generation -1, member "": the commit of a client outside
+                                      the group, accepted while the group has no live members
+
+Retriable errors (leader moved, coordinator loading) refresh metadata and retry, up to
+``fetchOffset.numRetries`` times.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Iterable, Mapping
+
+from ..errors import (
+    BrokerError, CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError,
+    error_class, for_code,
+)
+from ..net import NetworkClient
+from ..net.metadata import BrokerInfo
+from ..protocol.schema import ZERO_UUID
+from . import planner
+from .options import SourceOptions
+
+__all__ = ["OffsetReader", "UnreachableClusterError"]
+
+_log = logging.getLogger("kwire.spark")
+
+TP = tuple  # (topic, partition)
+
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+_COORDINATOR_ERRORS = {14, 15, 16}  # loading, not available, not coordinator
+_INTERNAL_TOPICS = {"__consumer_offsets", "__transaction_state"}
+
+
+class UnreachableClusterError(KafkaConnectionError):
+    """No broker of ``kafka.bootstrap.servers`` answered."""
+
+
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, BrokerError):
+        return exc.retriable or exc.invalid_metadata or exc.code in _COORDINATOR_ERRORS
+    return isinstance(exc, (KafkaConnectionError, KafkaTimeoutError))
+
+
+class OffsetReader:
+    """Look-ups for one query, over one connection pool.  Use as a context manager."""
+
+    def __init__(self, options: SourceOptions, *, client: NetworkClient | None = None):
+        self.options = options
+        self._client = client
+        self._config = options.config()
+        self._coordinators: dict[str, int] = {}
+
+    # --- connection ---------------------------------------------------------------------------
+    @property
+    def client(self) -> NetworkClient:
+        if self._client is None:
+            client = NetworkClient(self._config)
+            try:
+                client.ensure_ready(None)
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                client.close()
+                raise UnreachableClusterError(
+                    f"kwire.spark: cannot reach Kafka at kafka.bootstrap.servers="
+                    f"{self.options.bootstrap_servers}: {exc}") from None
+            self._client = client
+        return self._client
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> "OffsetReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _retrying(self, what: str, fn):
+        """``fn()``, retried on retriable errors with a metadata refresh in between."""
+        attempts = self.options.fetch_offset_num_retries + 1
+        pause_s = max(self.options.fetch_offset_retry_interval_ms, self._config.retry_backoff_ms) / 1000
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except KwireError as exc:
+                if attempt + 1 >= attempts or not _retriable(exc):
+                    if attempt:
+                        _log.warning("kwire.spark: %s failed after %d attempts: %s", what, attempt + 1, exc)
+                    raise
+                _log.debug("%s failed (%s); retrying", what, exc)
+                time.sleep(pause_s * (attempt + 1))
+                self._coordinators.clear()
+                try:
+                    self.client.refresh_metadata()
+                except KwireError:
+                    pass
+
+    # --- partitions ---------------------------------------------------------------------------
+    def partitions(self) -> list[TP]:
+        """The partitions the options select, sorted; a named topic or partition that does not
+        exist is an error."""
+        return self._retrying("listing partitions", self._partitions)
+
+    def _partitions(self) -> list[TP]:
+        o = self.options
+        client = self.client
+        if o.subscribe_pattern is not None:
+            md = client.refresh_metadata(None)
+            rx = re.compile(o.subscribe_pattern)
+            out = []
+            for name, info in md.topics.items():
+                if info.is_internal or name in _INTERNAL_TOPICS or not rx.fullmatch(name):
+                    continue
+                out.extend((name, p) for p in info.partitions)
+            if not out:
+                _log.warning("kwire.spark: subscribePattern=%s matches no topic", o.subscribe_pattern)
+            return sorted(out)
+        topics = list(o.subscribe) if o.subscribe else sorted({t for t, _ in o.assign})
+        client.metadata.add_topics(topics)
+        md = client.refresh_metadata(topics)
+        found: dict[str, list[int]] = {}
+        for t in topics:
+            info = md.topic(t)
+            if info is None or info.error_code == _UNKNOWN_TOPIC_OR_PARTITION or (
+                    info.error_code == 0 and not info.partitions):
+                raise for_code(_UNKNOWN_TOPIC_OR_PARTITION,
+                               f"topic {t!r} does not exist ({o.describe_subscription()}, "
+                               f"kafka.bootstrap.servers={o.bootstrap_servers})")
+            if info.error_code:
+                raise for_code(info.error_code, f"metadata of topic {t!r}")
+            found[t] = sorted(info.partitions)
+        if o.subscribe:
+            return sorted((t, p) for t in topics for p in found[t])
+        missing = [(t, p) for t, p in o.assign if p not in found[t]]
+        if missing:
+            names = ", ".join(f"{t}-{p} (topic has {len(found[t])} partitions)" for t, p in missing)
+            raise for_code(_UNKNOWN_TOPIC_OR_PARTITION, f"assign names partitions that do not exist: {names}")
+        return sorted(o.assign)
+
+    def topic_id(self, topic: str):
+        tid = self.client.metadata.topic_id(topic)
+        return tid if tid is not None else ZERO_UUID
+
+    # --- ListOffsets --------------------------------------------------------------------------
+    def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int | None]:
+        """``{tp: timestamp}`` -> ``{tp: offset}`` (None: no record at or after the timestamp).
+
+        Timestamp -2 asks for the earliest offset, -1 for the latest (the last stable offset
+        under read_committed).
+        """
+        if not queries:
+            return {}
+        return self._retrying("looking up offsets", lambda: self._list_offsets(queries))
+
+    def _list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int | None]:
+        client = self.client
+        md = client.metadata
+        by_leader: dict[int, dict[TP, int]] = {}
+        for tp, ts in queries.items():
+            leader = md.leader_for(*tp)
+            if leader is None:
+                client.metadata.add_topics([tp[0]])
+                client.refresh_metadata()
+                leader = md.leader_for(*tp)
+                if leader is None:
+                    raise for_code(5, f"no leader for {tp[0]}-{tp[1]}")
+            by_leader.setdefault(leader, {})[tp] = ts
+        iso = self.options.isolation_level
+        timeout_ms = self._config.request_timeout_ms
+        pending = []
+        for leader, qs in by_leader.items():
+            topics: dict[str, list] = {}
+            for (t, p), ts in sorted(qs.items()):
+                part = md.partition(t, p)
+                topics.setdefault(t, []).append({
+                    "partition_index": p, "timestamp": ts,
+                    "current_leader_epoch": part.leader_epoch if part is not None else -1})
+            body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": timeout_ms,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+            pending.append((client.send(leader, "ListOffsets", body), qs))
+        out: dict[TP, int | None] = {}
+        for f, qs in pending:
+            client.wait(f)
+            resp = f.result()
+            for t in resp["topics"]:
+                for p in t["partitions"]:
+                    tp = (t["name"], p["partition_index"])
+                    if tp not in qs:
+                        continue
+                    if p["error_code"]:
+                        raise for_code(p["error_code"], f"ListOffsets for {tp[0]}-{tp[1]}")
+                    offset = p["offset"]
+                    if qs[tp] >= 0 and (offset < 0 or p.get("timestamp", 0) < 0):
+                        # No record at or after the timestamp.  (Kafka answers offset -1; some
+                        # brokers answer an offset with timestamp -1.)
+                        out[tp] = None
+                    else:
+                        out[tp] = offset
+        missing = set(queries) - set(out)
+        if missing:
+            raise for_code(_UNKNOWN_TOPIC_OR_PARTITION, "ListOffsets answered without "
+                           + ", ".join(f"{t}-{p}" for t, p in sorted(missing)))
+        return out
+
+    def earliest(self, tps: Iterable[TP]) -> dict[TP, int]:
+        return self.list_offsets({tp: -2 for tp in tps})  # type: ignore[return-value]
+
+    def latest(self, tps: Iterable[TP]) -> dict[TP, int]:
+        """The end of each log (the last stable offset under read_committed).
+
+        ListOffsets(-1) answers it; a Fetch at that offset confirms it with the partition's
+        high watermark / last stable offset, and the larger wins.  (Tansu answers ListOffsets
+        -1 with the last batch's base offset + 1, short of the end when batches hold several
+        records.)
+        """
+        listed: dict[TP, int] = self.list_offsets({tp: -1 for tp in tps})  # type: ignore[assignment]
+        if not listed:
+            return {}
+        marks = self._retrying("confirming the latest offsets", lambda: self._watermarks(listed))
+        return {tp: max(o, marks.get(tp, o)) for tp, o in listed.items()}
+
+    def _watermarks(self, at: Mapping[TP, int]) -> dict[TP, int]:
+        """Per partition, the end the broker reports to a Fetch at ``at[tp]`` (reading nothing)."""
+        client = self.client
+        md = client.metadata
+        iso = self.options.isolation_level
+        by_leader: dict[int, dict[str, list[TP]]] = {}
+        for tp in sorted(at):
+            leader = md.leader_for(*tp)
+            if leader is None:
+                raise for_code(5, f"no leader for {tp[0]}-{tp[1]}")
+            by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(tp)
+        pending = []
+        for leader, topics in by_leader.items():
+            ids = {t: md.topic_id(t) for t in topics}
+            version = None
+            if any(tid is None for tid in ids.values()):
+                version = min(12, client.api_version(leader, "Fetch"))
+            # max_wait_ms 1, not 0: Tansu answers a zero-wait Fetch with no partitions at all.
+            body = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 0, "max_bytes": 1,
+                    "isolation_level": iso, "session_id": 0, "session_epoch": -1,
+                    "forgotten_topics_data": [], "rack_id": "",
+                    "topics": [{"topic": t, "topic_id": ids[t] or ZERO_UUID, "partitions": [
+                        {"partition": p, "fetch_offset": at[(t, p)], "partition_max_bytes": 1,
+                         "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}
+                        for _, p in tps]} for t, tps in topics.items()]}
+            pending.append((client.send(leader, "Fetch", body, version=version), ids))
+        out: dict[TP, int] = {}
+        for f, ids in pending:
+            client.wait(f)
+            resp = f.result()
+            names = {tid: t for t, tid in ids.items() if tid is not None}
+            for t in resp["responses"]:
+                name = t.get("topic") or names.get(t.get("topic_id"))
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        continue  # ListOffsets' answer stands
+                    end = p["high_watermark"]
+                    if iso and p.get("last_stable_offset", -1) >= 0:
+                        end = p["last_stable_offset"]
+                    out[(name, p["partition_index"])] = end
+        return out
+
+    # --- groups -------------------------------------------------------------------------------
+    def coordinator(self, group: str) -> int:
+        node = self._coordinators.get(group)
+        if node is not None:
+            return node
+        client = self.client
+        resp = client.request(None, "FindCoordinator",
+                              lambda v: {"key": group, "key_type": 0, "coordinator_keys": [group]})
+        if "coordinators" in resp and resp.get("coordinators"):
+            c = resp["coordinators"][0]
+        else:
+            c = resp
+        if c.get("error_code"):
+            raise for_code(c["error_code"], f"FindCoordinator for group {group!r}: {c.get('error_message') or ''}".rstrip(": "))
+        node = c["node_id"]
+        if client.metadata.broker(node) is None:
+            client.refresh_metadata()
+            if client.metadata.broker(node) is None:
+                # The coordinator is not in the metadata we have: teach the cache its address.
+                client.metadata.brokers[node] = BrokerInfo(node, c["host"], c["port"])
+        self._coordinators[group] = node
+        return node
+
+    def committed(self, group: str, tps: Iterable[TP]) -> dict[TP, int | None]:
+        """The group's committed offsets (None where it has none)."""
+        tps = sorted(tps)
+        if not tps:
+            return {}
+        return self._retrying(f"fetching the committed offsets of group {group!r}",
+                              lambda: self._committed(group, tps))
+
+    def _committed(self, group: str, tps: list[TP]) -> dict[TP, int | None]:
+        topics: dict[str, list[int]] = {}
+        for t, p in tps:
+            topics.setdefault(t, []).append(p)
+
+        def body(v: int) -> dict:
+            return {
+                "group_id": group, "require_stable": True,
+                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+                "groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
+                            "topics": [{"name": t, "topic_id": self.topic_id(t), "partition_indexes": ps}
+                                       for t, ps in topics.items()]}],
+            }
+
+        resp = self.client.request(self.coordinator(group), "OffsetFetch", body)
+        if "groups" in resp and resp["groups"]:
+            g = resp["groups"][0]
+            err, resp_topics = g.get("error_code", 0), g["topics"]
+        else:
+            err, resp_topics = resp.get("error_code", 0), resp.get("topics", [])
+        if err:
+            raise for_code(err, f"OffsetFetch for group {group!r}")
+        out: dict[TP, int | None] = {tp: None for tp in tps}
+        md = self.client.metadata
+        for t in resp_topics:
+            name = t.get("name") or md.topic_name(t.get("topic_id"))
+            for p in t["partitions"]:
+                if p["error_code"]:
+                    raise for_code(p["error_code"], f"OffsetFetch for group {group!r}, {name}-{p['partition_index']}")
+                tp = (name, p["partition_index"])
+                if tp in out:
+                    out[tp] = p["committed_offset"] if p["committed_offset"] >= 0 else None
+        return out
+
+    def commit(self, group: str, offsets: Mapping[TP, int], metadata: str | None = None) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition) to ``group``."""
+        if not offsets:
+            return
+        self._retrying(f"committing offsets to group {group!r}", lambda: self._commit(group, offsets, metadata))
+
+    def _commit(self, group: str, offsets: Mapping[TP, int], metadata: str | None) -> None:
+        topics: dict[str, list[dict]] = {}
+        md = self.client.metadata
+        for (t, p), o in sorted(offsets.items()):
+            part = md.partition(t, p)
+            topics.setdefault(t, []).append({
+                "partition_index": p, "committed_offset": int(o), "committed_metadata": metadata,
+                "committed_leader_epoch": part.leader_epoch if part is not None else -1})
+
+        def body(v: int) -> dict:
+            return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                    "group_instance_id": None,
+                    "topics": [{"name": t, "topic_id": self.topic_id(t), "partitions": ps}
+                               for t, ps in topics.items()]}
+
+        resp = self.client.request(self.coordinator(group), "OffsetCommit", body)
+        failed = []
+        retriable = None
+        for t in resp["topics"]:
+            name = t.get("name") or md.topic_name(t.get("topic_id"))
+            for p in t["partitions"]:
+                code = p["error_code"]
+                if code:
+                    if error_class(code).retriable or code in _COORDINATOR_ERRORS:
+                        retriable = for_code(code, f"OffsetCommit for group {group!r}")
+                    failed.append(f"{name}-{p['partition_index']}: {for_code(code)}")
+        if retriable is not None and len(failed) == 1:
+            raise retriable
+        if failed:
+            raise CommitFailedError(
+                f"committing to group {group!r} failed: {'; '.join(failed)}.  commitToGroup commits "
+                "as a client outside the group, which the broker refuses while the group has "
+                "active members (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION); use a group of its own.")
+
+    # --- planning -----------------------------------------------------------------------------
+    def resolve_start(self, tps: list[TP], earliest: dict, latest: dict) -> dict[TP, int]:
+        o = self.options
+        spec = o.starting
+        committed = self.committed(o.group_id, tps) if spec.kind == "group" else None
+        found = self.list_offsets(planner.timestamp_queries(spec, tps))
+        return planner.resolve(spec, tps, earliest=earliest, latest=latest, committed=committed,
+                               found=found, auto_offset_reset=o.auto_offset_reset,
+                               timestamp_strategy=o.starting_timestamp_strategy)
+
+    def plan_batch(self, executors: tuple[str, ...] = ()) -> tuple[planner.Plan, dict[TP, int]]:
+        """The ranges of a batch query, and the latest offsets they were planned against."""
+        o = self.options
+        tps = self.partitions()
+        planner.check_named_partitions(o.starting, tps, _spec_option(o, starting=True))
+        planner.check_named_partitions(o.ending, tps, _spec_option(o, starting=False))
+        earliest = self.earliest(tps)
+        latest = self.latest(tps)
+        start = self.resolve_start(tps, earliest, latest)
+        found_end = self.list_offsets(planner.timestamp_queries(o.ending, tps))
+        end = planner.resolve(o.ending, tps, earliest=earliest, latest=latest, found=found_end, ending=True)
+        plan = planner.plan_ranges(start, end, earliest=earliest, latest=latest,
+                                   fail_on_data_loss=o.fail_on_data_loss,
+                                   min_partitions=o.min_partitions,
+                                   max_records_per_partition=o.max_records_per_partition,
+                                   executors=executors)
+        for w in plan.warnings:
+            _log.warning("kwire.spark: %s", w)
+        log_plan(plan, latest)
+        return plan, latest
+
+
+def _spec_option(o: SourceOptions, *, starting: bool) -> str:
+    names = (("startingOffsets", "startingOffsetsByTimestamp", "startingTimestamp") if starting
+             else ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"))
+    for n in names:
+        if n in o.given:
+            return n
+    return names[0]
+
+
+def log_plan(plan: planner.Plan, latest: Mapping[TP, int]) -> None:
+    """One INFO line per partition: what is read, and the lag left behind it."""
+    if not _log.isEnabledFor(logging.INFO):
+        return
+    behind = planner.lag(plan.end, latest)
+    for tp in sorted(plan.end):
+        _log.info("kwire.spark: %s-%s reads [%d, %d), %d records; lag after it: %d",
+                  tp[0], tp[1], plan.start[tp], plan.end[tp], plan.end[tp] - plan.start[tp],
+                  behind.get(tp, 0))

@@ -1,0 +1,312 @@
+"""Offset planning for the Spark source: pure functions, no I/O.
+
+The driver looks offsets up (ListOffsets earliest / latest / by timestamp, OffsetFetch for a
+group) and passes the answers in as plain dicts keyed by ``(topic, partition)``; these
+functions turn them into ``[from, until)`` ranges.  Keeping the arithmetic here means every rule
+(data loss, splitting, rate limits, the preferred executor) is tested without a cluster.
+
+Data loss is what happens when the offsets a plan asks for are not in the log any more:
+below its start (retention, DeleteRecords), or past its end (the topic was recreated or its
+log truncated).  With ``fail_on_data_loss`` the plan fails with :class:`DataLossError`; without,
+the missing part is skipped and a warning says what was skipped.
+"""
+from __future__ import annotations
+
+import heapq
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import ConfigError, KwireError, NoOffsetForPartitionError
+from .options import EARLIEST, LATEST, OffsetSpec
+
+__all__ = [
+    "DataLossError", "OffsetRange", "Plan", "timestamp_queries", "check_named_partitions",
+    "resolve", "plan_ranges", "split_ranges", "preferred_executor", "lag", "cap_offsets",
+    "offsets_to_json", "offsets_from_json",
+]
+
+TP = tuple  # (topic, partition)
+
+
+class DataLossError(KwireError):
+    """Offsets a query needs are gone from Kafka (and failOnDataLoss is true)."""
+
+
+@dataclass(frozen=True, order=True)
+class OffsetRange:
+    """Offsets ``[from_offset, until_offset)`` of one partition: one Spark task's work.
+
+    ``preferred_executor`` is the executor this partition's ranges should run on (stable per
+    partition, so an executor keeps reading the partitions it read before); None when unknown.
+    """
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    preferred_executor: str | None = field(default=None, compare=False)
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def size(self) -> int:
+        return max(0, self.until_offset - self.from_offset)
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}[{self.from_offset}, {self.until_offset})"
+
+
+@dataclass
+class Plan:
+    """What one batch reads: its ranges, and what the planner had to say about it."""
+
+    ranges: list[OffsetRange]
+    start: dict[tuple[str, int], int]  # per partition, after data-loss adjustment
+    end: dict[tuple[str, int], int]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(r.size for r in self.ranges)
+
+
+# --- resolving starting / ending positions -------------------------------------------------------
+
+def timestamp_queries(spec: OffsetSpec, tps: Iterable[TP]) -> dict[TP, int]:
+    """The ListOffsets timestamp look-ups ``spec`` needs: ``{tp: timestamp_ms}``."""
+    if spec.kind == "timestamp":
+        return {tp: spec.timestamp for tp in tps}
+    if spec.kind == "timestamps":
+        wanted = spec.timestamps_map()
+        return {tp: wanted[tp] for tp in tps if tp in wanted}
+    return {}
+
+
+def check_named_partitions(spec: OffsetSpec, tps: Iterable[TP], option: str) -> None:
+    """ConfigError if ``spec`` names partitions that are not among those read."""
+    extra = spec.named_partitions() - set(tps)
+    if extra:
+        names = ", ".join(f"{t}-{p}" for t, p in sorted(extra))
+        raise ConfigError(f"option {option!r} names partitions that are not read (no such partition, "
+                          f"or not subscribed): {names}")
+
+
+def resolve(spec: OffsetSpec, tps: Iterable[TP], *, earliest: Mapping[TP, int], latest: Mapping[TP, int],
+            committed: Mapping[TP, int | None] | None = None, found: Mapping[TP, int | None] | None = None,
+            auto_offset_reset: str = "latest", timestamp_strategy: str = "error",
+            ending: bool = False) -> dict[TP, int]:
+    """Concrete offsets for ``spec`` on each of ``tps``.
+
+    ``found`` holds the answers to :func:`timestamp_queries` (None: no record at or after the
+    timestamp); ``committed`` the group's committed offsets (None or < 0: none).  A start
+    timestamp with no record follows ``timestamp_strategy`` (``error`` | ``latest``); an end
+    timestamp with no record means latest.
+    """
+    committed = committed or {}
+    found = found or {}
+    named_offsets = spec.offsets_map() if spec.kind == "offsets" else {}
+    named_ts = spec.timestamps_map() if spec.kind == "timestamps" else {}
+    out: dict[TP, int] = {}
+    for tp in tps:
+        kind = spec.kind
+        if kind == "offsets" and tp not in named_offsets:
+            kind = spec.default
+        elif kind == "timestamps" and tp not in named_ts:
+            kind = spec.default
+        if kind == "earliest":
+            out[tp] = earliest[tp]
+        elif kind == "latest":
+            out[tp] = latest[tp]
+        elif kind == "offsets":
+            o = named_offsets[tp]
+            out[tp] = earliest[tp] if o == EARLIEST else latest[tp] if o == LATEST else o
+        elif kind == "group":
+            c = committed.get(tp)
+            if c is not None and c >= 0:
+                out[tp] = c
+            elif auto_offset_reset == "earliest":
+                out[tp] = earliest[tp]
+            elif auto_offset_reset == "latest":
+                out[tp] = latest[tp]
+            else:
+                raise NoOffsetForPartitionError(
+                    f"{tp[0]}-{tp[1]} has no committed offset in the group and "
+                    "kafka.auto.offset.reset=error")
+        elif kind in ("timestamp", "timestamps"):
+            o = found.get(tp)
+            if o is not None and o >= 0:
+                out[tp] = o
+            elif ending or timestamp_strategy == "latest":
+                out[tp] = latest[tp]
+            else:
+                ts = spec.timestamp if kind == "timestamp" else named_ts[tp]
+                raise KwireError(f"{tp[0]}-{tp[1]} has no record at or after the starting timestamp "
+                                 f"{ts}; set startingOffsetsByTimestampStrategy=latest to start at the "
+                                 "end instead")
+        else:  # pragma: no cover - options.py produces only the kinds above
+            raise ConfigError(f"unknown offset spec kind {kind!r}")
+    return out
+
+
+# --- ranges ----------------------------------------------------------------------------------------
+
+def preferred_executor(topic: str, partition: int, executors: Sequence[str]) -> str | None:
+    """The executor a partition's ranges prefer: stable for a given executor set.
+
+    A CRC of the partition's name (not ``hash()``, which differs between Python processes)
+    modulo the sorted executor ids.
+    """
+    if not executors:
+        return None
+    ordered = sorted(executors)
+    return ordered[zlib.crc32(f"{topic}\x00{partition}".encode()) % len(ordered)]
+
+
+def _split_even(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    if parts <= 1:
+        return [r]
+    size = r.size
+    bounds = [r.from_offset + size * k // parts for k in range(parts + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b, r.preferred_executor)
+            for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def split_ranges(ranges: Sequence[OffsetRange], *, min_partitions: int | None = None,
+                 max_records_per_partition: int | None = None) -> list[OffsetRange]:
+    """Split ranges so none exceeds ``max_records_per_partition`` offsets and there are at
+    least ``min_partitions`` of them (when there are that many offsets).
+
+    Each range is cut into equal parts (sizes differ by at most one).  For ``min_partitions``
+    the extra parts go to the ranges with the most offsets per part, so work evens out.
+    """
+    parts = []
+    for r in ranges:
+        n = 1
+        if max_records_per_partition and r.size > max_records_per_partition:
+            n = -(-r.size // max_records_per_partition)
+        parts.append(n)
+    total_parts = sum(parts)
+    if min_partitions and total_parts < min_partitions:
+        # a max-heap on offsets-per-part; a range cannot be cut finer than one offset per part
+        heap = [(-(r.size / n), i) for i, (r, n) in enumerate(zip(ranges, parts)) if r.size > n]
+        heapq.heapify(heap)
+        while total_parts < min_partitions and heap:
+            _, i = heapq.heappop(heap)
+            parts[i] += 1
+            total_parts += 1
+            if ranges[i].size > parts[i]:
+                heapq.heappush(heap, (-(ranges[i].size / parts[i]), i))
+    out: list[OffsetRange] = []
+    for r, n in zip(ranges, parts):
+        out.extend(_split_even(r, n))
+    return out
+
+
+def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], *,
+                earliest: Mapping[TP, int] | None = None, latest: Mapping[TP, int] | None = None,
+                fail_on_data_loss: bool = True, min_partitions: int | None = None,
+                max_records_per_partition: int | None = None,
+                executors: Sequence[str] = (), keep_empty: bool = False) -> Plan:
+    """The ``[from, until)`` ranges between ``start`` and ``end`` (``{tp: offset}``).
+
+    Partitions in ``end`` but not in ``start`` are new: they start at ``earliest`` (or 0).
+    Partitions in ``start`` but not in ``end`` are gone: data loss.  A start below
+    ``earliest`` lost the offsets in between; an end past ``latest`` (the log was truncated) or a
+    start after its end asks for offsets the log does not have.  Empty ranges are dropped
+    unless ``keep_empty``.
+    """
+    warnings: list[str] = []
+    earliest = earliest or {}
+    latest = latest or {}
+
+    def lost(message: str) -> None:
+        if fail_on_data_loss:
+            raise DataLossError(message + ". Some data may have been lost because it is not "
+                                "available in Kafka any more: it was deleted (retention, "
+                                "DeleteRecords) or the topic was recreated.  If you want the query "
+                                "to go on regardless, set failOnDataLoss=false.")
+        warnings.append(message + "; skipped (failOnDataLoss=false)")
+
+    for tp in sorted(set(start) - set(end)):
+        lost(f"{tp[0]}-{tp[1]} is gone (its topic was deleted or has fewer partitions now)")
+
+    final_start: dict[TP, int] = {}
+    final_end: dict[TP, int] = {}
+    ranges: list[OffsetRange] = []
+    for tp in sorted(end):
+        until = end[tp]
+        frm = start.get(tp)
+        if frm is None:
+            frm = earliest.get(tp, 0)
+        low = earliest.get(tp)
+        high = latest.get(tp)
+        if high is not None and until > high:
+            lost(f"{tp[0]}-{tp[1]}: ending offset {until} is past the end of the log ({high})")
+            until = high
+        if low is not None and frm < low:
+            lost(f"{tp[0]}-{tp[1]}: offsets {frm}..{min(low, until) - 1} requested but the log "
+                 f"starts at {low}")
+            frm = min(low, until)
+        if frm > until:
+            lost(f"{tp[0]}-{tp[1]}: starting offset {frm} is after the ending offset {until}")
+            frm = until
+        final_start[tp] = frm
+        final_end[tp] = until
+        if until > frm or keep_empty:
+            ranges.append(OffsetRange(tp[0], tp[1], frm, until,
+                                      preferred_executor(tp[0], tp[1], executors)))
+    ranges = split_ranges(ranges, min_partitions=min_partitions,
+                          max_records_per_partition=max_records_per_partition)
+    return Plan(ranges, final_start, final_end, warnings)
+
+
+# --- monitoring and rate limits --------------------------------------------------------------------
+
+def lag(position: Mapping[TP, int], latest: Mapping[TP, int]) -> dict[TP, int]:
+    """Offsets between ``position`` and the end of each log (0 when caught up)."""
+    return {tp: max(0, latest[tp] - position.get(tp, latest[tp])) for tp in sorted(latest)}
+
+
+def cap_offsets(start: Mapping[TP, int], latest: Mapping[TP, int], max_offsets: int | None) -> dict[TP, int]:
+    """End offsets that take at most ``max_offsets`` offsets in total past ``start``.
+
+    The limit is shared in proportion to each partition's backlog (largest remainder, so the
+    shares add up exactly).  A partition missing from ``start`` has no backlog: callers put
+    new partitions into ``start`` at their earliest offset.  A partition whose log ends before
+    its start keeps its start (never goes backwards).
+    """
+    backlog = {tp: max(0, latest[tp] - start.get(tp, latest[tp])) for tp in latest}
+    total = sum(backlog.values())
+    if max_offsets is None or total <= max_offsets:
+        return {tp: start.get(tp, latest[tp]) + n for tp, n in backlog.items()}
+    shares = {}
+    remainders = []
+    for tp, n in backlog.items():
+        exact = n * max_offsets / total
+        shares[tp] = int(exact)
+        remainders.append((-(exact - int(exact)), tp))
+    left = max_offsets - sum(shares.values())
+    for _, tp in sorted(remainders)[:left]:
+        shares[tp] += 1
+    return {tp: start.get(tp, latest[tp]) + shares[tp] for tp in backlog}
+
+
+# --- the offsets Spark checkpoints -----------------------------------------------------------------
+
+def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
+    """``{(topic, partition): offset}`` as Spark's Kafka source writes it: ``{topic: {"p": off}}``."""
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = int(o)
+    return out
+
+
+def offsets_from_json(value: Mapping[str, Mapping[str, int]]) -> dict[TP, int]:
+    out = {}
+    for t, parts in value.items():
+        for p, o in parts.items():
+            out[(t, int(p))] = int(o)
+    return out

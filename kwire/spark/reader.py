@@ -1,0 +1,535 @@
+"""Executor side of the Spark source: read exact offset ranges, without a consumer group.
+
+One range ``[from, until)`` of one partition is read with a small Fetch loop over a
+:class:`~kwire.net.NetworkClient` taken from a per-process cache (Python workers are reused
+between tasks, so later tasks skip the connect and ApiVersions handshake)::
+
+    pos = from
+    while pos < until:
+        Fetch(partition leader, fetch_offset=pos)           the next one is sent before this
+        walk the batch headers of the answer                one is decoded (pipelining)
+        pos = last offset of the last complete batch + 1    so gaps (compaction, transaction
+        decode the user batches, keep offsets in [from, until)   markers, aborted records) end
+                                                            the range at `until`, never hang
+
+Errors: OFFSET_OUT_OF_RANGE and a log that ends or starts past the range are data loss (fail,
+or skip with a warning when failOnDataLoss=false); leader and metadata errors refresh the
+metadata and retry; nothing arriving for ``kafkaConsumer.pollTimeoutMs`` is a timeout.
+
+Two outputs from the same loop:
+
+* :func:`read_range_arrow` -- ``pyarrow.RecordBatch`` es decoded straight from the record
+  batches into columns (``decode_columns``; no per-record Python object), for the Data Source
+  and ``mapInArrow``;
+* :func:`read_range_rows` -- :class:`KafkaRow` tuples, for RDD users.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import struct
+import time
+from collections import namedtuple
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator, Mapping, NamedTuple
+
+from .._impl import codec_module
+from ..config import Config, parse_config
+from ..errors import (
+    CorruptRecordError, KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError,
+    error_class, for_code,
+)
+from ..net import NetworkClient, now_ms
+from .options import SourceOptions
+from .planner import DataLossError, OffsetRange
+
+__all__ = ["ReadSettings", "KafkaRow", "KafkaRowWithHeaders", "read_range_rows", "read_range_arrow",
+           "fetch_chunks", "scan_batches", "close_cached_clients"]
+
+_log = logging.getLogger("kwire.spark")
+
+_OFFSET_OUT_OF_RANGE = 1
+_MAX_PARTITION_FETCH_BYTES = 256 * 1024 * 1024  # how far a too-small fetch size is grown
+_IDLE_CLOSE_S = 300.0  # cached connections unused this long are closed
+
+KafkaRow = namedtuple("KafkaRow", "key value topic partition offset timestamp timestampType")
+KafkaRowWithHeaders = namedtuple("KafkaRowWithHeaders",
+                                 "key value topic partition offset timestamp timestampType headers")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What an executor needs to read a range (picklable)."""
+
+    kafka: Mapping[str, Any]
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    poll_timeout_ms: int = 120_000
+
+    @classmethod
+    def from_options(cls, o: SourceOptions) -> "ReadSettings":
+        return cls(dict(o.kafka), o.include_headers, o.fail_on_data_loss, o.poll_timeout_ms)
+
+    def config(self) -> Config:
+        return parse_config(dict(self.kafka), role="consumer")
+
+
+# --- the per-process connection cache ----------------------------------------------------------
+
+_idle: dict[tuple, list[tuple[NetworkClient, float]]] = {}
+
+
+def _cache_key(kafka: Mapping[str, Any]) -> tuple:
+    return tuple(sorted((k, repr(v)) for k, v in kafka.items()))
+
+
+def _acquire(settings: ReadSettings) -> tuple[tuple, NetworkClient]:
+    key = _cache_key(settings.kafka)
+    now = time.monotonic()
+    for k, entries in list(_idle.items()):  # close what nobody used for a while
+        keep = []
+        for client, last in entries:
+            if now - last > _IDLE_CLOSE_S:
+                client.close()
+            else:
+                keep.append((client, last))
+        _idle[k] = keep
+    entries = _idle.get(key)
+    if entries:
+        return key, entries.pop()[0]
+    return key, NetworkClient(settings.config())
+
+
+def _release(key: tuple, client: NetworkClient, *, healthy: bool) -> None:
+    if not healthy:
+        client.close()
+        return
+    try:
+        client.poll(0)  # drop finished requests nobody waits for (a fetch ahead of a stop)
+    except KwireError:
+        client.close()
+        return
+    _idle.setdefault(key, []).append((client, time.monotonic()))
+
+
+def close_cached_clients() -> None:
+    """Close every cached connection of this process (also run at exit)."""
+    for entries in _idle.values():
+        for client, _ in entries:
+            try:
+                client.close()
+            except Exception:
+                pass
+    _idle.clear()
+
+
+atexit.register(close_cached_clients)
+
+
+# --- record batch headers ------------------------------------------------------------------------
+
+class Span(NamedTuple):
+    """One complete entry of a record set: bytes ``[start, end)``, offsets ``base..last``."""
+
+    start: int
+    end: int
+    base_offset: int
+    last_offset: int
+    is_control: bool
+    is_transactional: bool
+    producer_id: int
+
+
+_ENTRY_HEAD = struct.Struct(">qiiB")  # base offset, size, leader epoch / crc (v0/v1), magic
+_V2_FIELDS = struct.Struct(">hi")  # attributes, last offset delta (at byte 21)
+_I64 = struct.Struct(">q")
+
+
+def scan_batches(data) -> list[Span]:
+    """The complete entries of a record set, from their headers only (no decoding).
+
+    Layout (every format): ``offset int64 | size int32 | ... | magic int8 at byte 16``.  v2
+    batches carry ``attributes int16`` at 21, ``lastOffsetDelta int32`` at 23 and
+    ``producerId int64`` at 43.  A legacy (magic 0/1) entry's offset is its last offset (a
+    compressed wrapper carries its last inner message's offset).  A truncated entry at the end
+    is where Fetch cut the answer, and ends the scan.
+    """
+    out = []
+    n = len(data)
+    pos = 0
+    while n - pos >= 17:
+        base, size, _, magic = _ENTRY_HEAD.unpack_from(data, pos)
+        end = pos + 12 + size
+        if size < 14 or end > n:
+            if size < 14:
+                raise CorruptRecordError(f"record entry at position {pos} has size {size}", position=pos)
+            break
+        if magic == 2:
+            if size < 49:
+                raise CorruptRecordError(f"record batch at position {pos} has size {size}", position=pos)
+            attrs, last_delta = _V2_FIELDS.unpack_from(data, pos + 21)
+            pid = _I64.unpack_from(data, pos + 43)[0]
+            out.append(Span(pos, end, base, base + last_delta, bool(attrs & 0x20), bool(attrs & 0x10), pid))
+        else:
+            out.append(Span(pos, end, base, base, False, False, -1))
+        pos = end
+    return out
+
+
+def _aborted_spans(spans: list[Span], aborted: list[dict] | None) -> set[int]:
+    """Indexes of the spans holding records of aborted transactions (read_committed).
+
+    The Fetch answer lists each aborted transaction as (producer id, first offset).  A
+    producer's transactional batches from that first offset on are aborted until its next
+    control batch, which then can only be that transaction's ABORT marker (a producer has at
+    most one open transaction), so the marker's type need not be decoded.
+    """
+    if not aborted:
+        return set()
+    pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
+    i = 0
+    active: set[int] = set()
+    out = set()
+    for k, s in enumerate(spans):
+        if not s.is_transactional:
+            continue
+        while i < len(pending) and pending[i][0] <= s.last_offset:
+            active.add(pending[i][1])
+            i += 1
+        if s.is_control:
+            active.discard(s.producer_id)
+        elif s.producer_id in active:
+            out.add(k)
+    return out
+
+
+def _user_runs(spans: list[Span], skip: set[int], lo: int, until: int) -> list[tuple[int, int]]:
+    """Byte ranges of consecutive spans worth decoding: overlapping ``[lo, until)``, not aborted."""
+    runs: list[tuple[int, int]] = []
+    start = end = None
+    for k, s in enumerate(spans):
+        if k in skip or s.last_offset < lo or s.base_offset >= until:
+            if start is not None:
+                runs.append((start, end))
+                start = None
+            continue
+        if start is None:
+            start = s.start
+        end = s.end
+    if start is not None:
+        runs.append((start, end))
+    return runs
+
+
+# --- the fetch loop --------------------------------------------------------------------------------
+
+@dataclass
+class Chunk:
+    """Part of a range's data: ``data[a:b]`` for each ``(a, b)`` in ``runs`` holds user records,
+    of which those with offsets in ``[lo, until)`` belong to the range."""
+
+    data: Any
+    runs: list[tuple[int, int]]
+    lo: int
+    until: int
+    leader_epoch: int
+
+
+class _Retry(Exception):
+    """Internal: this attempt failed in a way worth retrying after a pause."""
+
+
+class _Fetcher:
+    def __init__(self, client: NetworkClient, cfg: Config, settings: ReadSettings, topic: str, partition: int):
+        self.client = client
+        self.cfg = cfg
+        self.settings = settings
+        self.topic = topic
+        self.partition = partition
+        self.isolation = 1 if cfg.isolation_level == "read_committed" else 0
+        self.partition_max_bytes = cfg.max_partition_fetch_bytes
+        self.where = f"{topic}-{partition}"
+        client.metadata.add_topics([topic])
+
+    def leader(self) -> int:
+        md = self.client.metadata
+        leader = md.leader_for(self.topic, self.partition)
+        if leader is None:
+            self.client.refresh_metadata([self.topic])
+            leader = md.leader_for(self.topic, self.partition)
+            if leader is None:
+                t = md.topic(self.topic)
+                if t is not None and t.error_code == 3 or (t is not None and self.partition not in t.partitions):
+                    raise for_code(3, f"{self.where} does not exist")
+                raise for_code(5, f"no leader for {self.where}")
+        return leader
+
+    def send(self, pos: int):
+        client = self.client
+        md = client.metadata
+        leader = self.leader()
+        part = md.partition(self.topic, self.partition)
+        epoch = part.leader_epoch if part is not None else -1
+        tid = md.topic_id(self.topic)
+        version = None
+        if tid is None:  # no topic id known: stay below Fetch v13, which names topics by id
+            version = min(12, client.api_version(leader, "Fetch"))
+        cfg = self.cfg
+        body = {
+            "replica_id": -1, "max_wait_ms": cfg.fetch_wait_max_ms, "min_bytes": 1,
+            "max_bytes": max(cfg.fetch_max_bytes, self.partition_max_bytes),
+            "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": self.topic, "topic_id": tid, "partitions": [{
+                "partition": self.partition, "current_leader_epoch": epoch, "fetch_offset": pos,
+                "last_fetched_epoch": -1, "log_start_offset": -1,
+                "partition_max_bytes": self.partition_max_bytes}]}],
+            "forgotten_topics_data": [], "rack_id": cfg.client_rack or "",
+        }
+        if tid is None:
+            body["topics"][0].pop("topic_id")
+        return client.send(leader, "Fetch", body, version=version,
+                           timeout_ms=cfg.request_timeout_ms + cfg.fetch_wait_max_ms), epoch
+
+    def answer(self, f) -> dict:
+        """Our partition's data from a completed Fetch (errors raised)."""
+        self.client.wait(f)
+        if f.error is not None:
+            if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
+                raise _Retry(str(f.error))
+            raise f.error
+        resp = f.response
+        if resp.get("error_code"):
+            err = for_code(resp["error_code"], f"Fetch for {self.where}")
+            if err.retriable or err.invalid_metadata:
+                raise _Retry(str(err))
+            raise err
+        for t in resp["responses"]:
+            for p in t["partitions"]:
+                if p["partition_index"] == self.partition:
+                    return p
+        raise _Retry(f"the Fetch answer left out {self.where}")
+
+    def lost(self, message: str) -> None:
+        if self.settings.fail_on_data_loss:
+            raise DataLossError(message + ". Some data may have been lost because it is not available "
+                                "in Kafka any more (retention, DeleteRecords, or the topic was "
+                                "recreated).  Set failOnDataLoss=false to skip it and go on.")
+        _log.warning("kwire.spark: %s; skipped (failOnDataLoss=false)", message)
+
+    def out_of_range(self, pos: int, until: int) -> int:
+        """Where to go on after OFFSET_OUT_OF_RANGE at ``pos`` (``until``: stop)."""
+        leader = self.leader()
+
+        def one(ts):
+            resp = self.client.request(leader, "ListOffsets", lambda v: {
+                "replica_id": -1, "isolation_level": self.isolation,
+                "timeout_ms": self.cfg.request_timeout_ms,
+                "topics": [{"name": self.topic, "partitions": [
+                    {"partition_index": self.partition, "timestamp": ts}]}]})
+            p = resp["topics"][0]["partitions"][0]
+            if p["error_code"]:
+                raise _Retry(str(for_code(p["error_code"], f"ListOffsets for {self.where}")))
+            return p["offset"]
+
+        earliest, latest = one(-2), one(-1)
+        if pos < earliest:
+            self.lost(f"{self.where}: offsets {pos}..{min(earliest, until) - 1} are gone; the log "
+                      f"starts at {earliest} now")
+            return min(earliest, until)
+        if pos >= latest:
+            self.lost(f"{self.where}: offsets {pos}..{until - 1} are gone; the log ends at {latest} now")
+            return until
+        return pos  # the log moved under us; try again
+
+
+def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, partition: int,
+                 from_offset: int, until_offset: int, cfg: Config | None = None) -> Iterator[Chunk]:
+    """The data of ``[from_offset, until_offset)`` of one partition, as :class:`Chunk` s."""
+    cfg = cfg or settings.config()
+    fx = _Fetcher(client, cfg, settings, topic, partition)
+    pos = from_offset
+    until = until_offset
+    poll_timeout_ms = settings.poll_timeout_ms
+    deadline = now_ms() + poll_timeout_ms
+    backoff_ms = cfg.retry_backoff_ms
+    inflight = None  # (InFlight, epoch) fetching `pos`
+    last_problem = ""
+    while pos < until:
+        try:
+            if inflight is None:
+                inflight = fx.send(pos)
+            f, epoch = inflight
+            inflight = None
+            pd = fx.answer(f)
+            code = pd["error_code"]
+            if code == _OFFSET_OUT_OF_RANGE:
+                pos = fx.out_of_range(pos, until)
+                continue
+            if code:
+                cls = error_class(code)
+                if cls.retriable or cls.invalid_metadata:
+                    raise _Retry(str(for_code(code, f"Fetch for {fx.where} at offset {pos}")))
+                raise for_code(code, f"Fetch for {fx.where} at offset {pos}")
+            data = pd.get("records") or b""
+            spans = scan_batches(data)
+            if not spans:
+                if len(data):  # one batch larger than the partition fetch size: ask for more
+                    if fx.partition_max_bytes >= _MAX_PARTITION_FETCH_BYTES:
+                        raise ProtocolError(f"{fx.where}: the batch at offset {pos} does not fit "
+                                            f"in {fx.partition_max_bytes} bytes")
+                    fx.partition_max_bytes *= 2
+                    continue
+                log_start = pd.get("log_start_offset", -1)
+                hw = pd["high_watermark"]
+                if log_start is not None and log_start > pos:
+                    fx.lost(f"{fx.where}: offsets {pos}..{min(log_start, until) - 1} are gone; the "
+                            f"log starts at {log_start} now")
+                    pos = min(log_start, until)
+                    continue
+                if 0 <= hw <= pos:
+                    fx.lost(f"{fx.where}: offsets {pos}..{until - 1} were planned but the log ends "
+                            f"at {hw} now")
+                    return
+                # The records exist but none came (e.g. an open transaction holds the last stable
+                # offset back under read_committed): the broker already waited fetch.wait.max.ms.
+                last_problem = (f"no records at offset {pos} (high watermark {hw}, last stable "
+                                f"offset {pd.get('last_stable_offset')})")
+                if now_ms() >= deadline:
+                    raise KafkaTimeoutError(f"{fx.where}: {last_problem} within "
+                                            f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}")
+                continue
+            nxt = spans[-1].last_offset + 1
+            if nxt <= pos:
+                raise ProtocolError(f"{fx.where}: Fetch at offset {pos} returned batches ending at "
+                                    f"{nxt - 1}")
+            skip = _aborted_spans(spans, pd.get("aborted_transactions")) if fx.isolation else set()
+            runs = _user_runs(spans, skip, pos, until)
+            lo = pos
+            pos = nxt
+            deadline = now_ms() + poll_timeout_ms
+            if pos < until:
+                inflight = fx.send(pos)  # on the wire while this chunk is decoded
+            if runs:
+                yield Chunk(memoryview(data), runs, lo, until, epoch)
+            continue
+        except _Retry as exc:
+            last_problem = str(exc)
+        except KwireError as exc:
+            if not (getattr(exc, "retriable", False) or getattr(exc, "invalid_metadata", False)):
+                raise
+            last_problem = str(exc)
+        # a retriable failure: back off, refresh metadata, try again until the deadline
+        inflight = None
+        if now_ms() >= deadline:
+            raise KafkaTimeoutError(f"{fx.where}: cannot read offset {pos} within "
+                                    f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}: {last_problem}")
+        _log.debug("kwire.spark: %s: %s; retrying", fx.where, last_problem)
+        time.sleep(backoff_ms / 1000)
+        backoff_ms = min(backoff_ms * 2, 1000)
+        client.metadata.request_update()
+        try:
+            client.refresh_metadata([topic])
+        except KwireError:
+            pass
+
+
+# --- outputs ---------------------------------------------------------------------------------------
+
+def _codec_functions():
+    """(iter_records, decode_columns or None) from kwire.records, else from the codec in use."""
+    try:
+        from .. import records as mod  # the record layer's public module, when present
+    except ImportError:
+        mod = codec_module()
+    return mod.iter_records, getattr(mod, "decode_columns", None)
+
+
+class _Lease:
+    """A cached client for the duration of one range."""
+
+    def __init__(self, settings: ReadSettings):
+        self.key, self.client = _acquire(settings)
+
+    def done(self, healthy: bool) -> None:
+        if self.client is not None:
+            _release(self.key, self.client, healthy=healthy)
+            self.client = None
+
+
+def _as_range(r) -> OffsetRange:
+    if isinstance(r, OffsetRange):
+        return r
+    t, p, a, b = r[:4]
+    return OffsetRange(t, int(p), int(a), int(b))
+
+
+def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
+    """The records of one range as :class:`KafkaRow` (or :class:`KafkaRowWithHeaders`) tuples:
+    ``key`` bytes | None, ``value`` bytes | None, ``topic``, ``partition``, ``offset``,
+    ``timestamp`` (UTC datetime), ``timestampType`` (0 create, 1 log append, -1 none), and
+    ``headers`` [(str, bytes | None)] with ``include_headers``."""
+    r = _as_range(offset_range)
+    if r.size == 0:
+        return
+    iter_records, _ = _codec_functions()
+    cfg = settings.config()
+    check_crc = cfg.check_crcs
+    topic, partition = r.topic, r.partition
+    headers = settings.include_headers
+    new = tuple.__new__
+    cls = KafkaRowWithHeaders if headers else KafkaRow
+    epoch, ms = _EPOCH, timedelta(milliseconds=1)
+    lease = _Lease(settings)
+    ok = False
+    try:
+        for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg):
+            lo, until = chunk.lo, chunk.until
+            for a, b in chunk.runs:
+                for rec in iter_records(chunk.data[a:b], check_crc):
+                    o = rec.offset
+                    if o < lo:
+                        continue
+                    if o >= until:
+                        break
+                    ts = epoch + rec.timestamp * ms
+                    if headers:
+                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type,
+                                        list(rec.headers)))
+                    else:
+                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type))
+        ok = True
+    finally:
+        lease.done(ok)
+
+
+def read_range_arrow(settings: ReadSettings, offset_range, schema=None) -> Iterator[Any]:
+    """The records of one range as ``pyarrow.RecordBatch`` es in the Spark Kafka schema
+    (see :mod:`kwire.spark.arrow`), decoded column-wise without per-record objects."""
+    from . import arrow as _arrow
+
+    r = _as_range(offset_range)
+    if r.size == 0:
+        return
+    iter_records, decode_columns = _codec_functions()
+    if schema is None:
+        schema = _arrow.kafka_arrow_schema(settings.include_headers)
+    cfg = settings.config()
+    check_crc = cfg.check_crcs
+    lease = _Lease(settings)
+    ok = False
+    try:
+        for chunk in fetch_chunks(lease.client, settings, r.topic, r.partition, r.from_offset, r.until_offset, cfg):
+            for a, b in chunk.runs:
+                if decode_columns is not None:
+                    cols = decode_columns(chunk.data[a:b], check_crc)
+                else:  # a codec without the columnar decoder: build the columns from records
+                    cols = _arrow.columns_from_records(iter_records(chunk.data[a:b], check_crc))
+                batch = _arrow.to_record_batch(cols, r.topic, r.partition, chunk.lo, chunk.until, schema,
+                                               settings.include_headers)
+                if batch is not None:
+                    yield batch
+        ok = True
+    finally:
+        lease.done(ok)
