@@ -68,6 +68,14 @@ def fmt(v, nd=2) -> str:
     return f"{v:.{nd}f}"
 
 
+def human(v: float) -> str:
+    """1.85M, 170k, 0.49: short labels for charts."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= div:
+            return f"{v / div:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
 def ratio(a, b) -> str:
     if not a or not b:
         return "–"
@@ -105,18 +113,19 @@ def _m(run: dict, key: str):
     return run.get("metrics", {}).get(key) if run.get("ok") else None
 
 
-def e2e_table(doc: dict) -> list[str]:
+def e2e_table(doc: dict, from_assignment: bool = False) -> list[str]:
     runs = sorted(doc.get("runs", []), key=lambda r: _client_key(r["client"]))
     ref = next((r for r in runs if r["client"] == REFERENCE and r.get("ok")), None)
     ref_rate = _m(ref, "records_per_s") if ref else None
     ref_cpu = _m(ref, "cpu_s_per_million") if ref else None
     lines = ["| client | records/s | MB/s | CPU s per M records | broker CPU s per M | peak RSS MiB | "
-             "group join s | kwire Consumer records/s ÷ this | this CPU/record ÷ kwire Consumer |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "group join s | kwire Consumer records/s ÷ this | this CPU/record ÷ kwire Consumer |"
+             + (" records/s from assignment |" if from_assignment else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if from_assignment else "")]
     for r in runs:
         if not r.get("ok"):
             err = (r.get("error") or "failed").split(" [")[0].replace("|", "/")[:140]
-            lines.append(f"| {r['client']} | failed: {err} | | | | | | | |")
+            lines.append(f"| {r['client']} | failed: {err} | | | | | | | |" + (" |" if from_assignment else ""))
             continue
         m = r["metrics"]
         lines.append("| " + " | ".join([
@@ -125,7 +134,7 @@ def e2e_table(doc: dict) -> list[str]:
             fmt(m.get("maxrss_mib"), 1), fmt(m.get("join_s")),
             "–" if r["client"] == REFERENCE else ratio(ref_rate, m.get("records_per_s")),
             "–" if r["client"] == REFERENCE else ratio(m.get("cpu_s_per_million"), ref_cpu),
-        ]) + " |")
+        ] + ([fmt_int(m.get("records_per_s_from_assignment"))] if from_assignment else [])) + " |")
     return lines
 
 
@@ -162,8 +171,9 @@ def scaling_table(doc: dict, axis: str) -> list[str]:
              "|---|---|" + "---:|" * len(values)]
     for c in clients:
         by = {r["dataset"][axis]: r for r in rows if r["client"] == c}
-        for label, key, f in (("records/s", "records_per_s", fmt_int), ("MB/s", "mb_per_s", lambda v: fmt(v, 1)),
-                              ("CPU s per M records", "cpu_s_per_million", fmt)):
+        for label, key, f in (("records/s", "records_per_s_from_assignment", fmt_int),
+                              ("MB/s", "mb_per_s_from_assignment", lambda v: fmt(v, 1)),
+                              ("CPU s per M records", "cpu_s_per_million_from_assignment", fmt)):
             cells = []
             for v in values:
                 r = by.get(v)
@@ -246,10 +256,17 @@ def chart_e2e(e2e: dict, out: Path, key: str, xlabel: str, title: str, fname: st
         ax.barh(ys, vals, color=colors)
         if broker_key:
             ax.barh(ys, bvals, left=vals, color="#ff7f0e", alpha=0.7, label="broker")
-        for y, c, v in zip(ys, clients, vals):
+        for y, c, v, b in zip(ys, clients, vals, bvals):
             r = by.get(c)
-            label = "failed" if (r is not None and not r.get("ok")) else ("not run" if r is None else f"{v:,.3g}")
-            ax.text(v, y, " " + label, va="center", fontsize=7)
+            if r is None:
+                label = "not run"
+            elif not r.get("ok"):
+                label = "failed"
+            elif _m(r, key) is None:
+                label = "n/a"
+            else:
+                label = human(v) + (f" + {human(b)}" if b else "")
+            ax.text(v + b, y, " " + label, va="center", fontsize=7)
         ax.set_yticks(ys)
         ax.set_yticklabels(clients, fontsize=8)
         ax.invert_yaxis()
@@ -277,13 +294,13 @@ def chart_scaling(doc: dict, out: Path, axis: str, fname: str) -> str | None:
     clients = sorted({r["client"] for r in rows}, key=_client_key)
     values = sorted({r["dataset"][axis] for r in rows}, key=lambda v: _axis_key(axis, v))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    metric = "mb_per_s" if axis == "value_bytes" else "records_per_s"
+    metric = "mb_per_s_from_assignment" if axis == "value_bytes" else "records_per_s_from_assignment"
     for c in clients:
         by = {r["dataset"][axis]: r for r in rows if r["client"] == c and r.get("ok")}
         xs = [i if axis == "compression" else v for i, v in enumerate(values) if v in by]
         style = "-o" if c.startswith("kwire") else "--s"
         a1.plot(xs, [by[v]["metrics"].get(metric) or 0 for v in values if v in by], style, label=c, ms=4)
-        cpu_key = "cpu_s_per_million"
+        cpu_key = "cpu_s_per_million_from_assignment"
         ys = []
         for v in values:
             if v not in by:
@@ -304,7 +321,7 @@ def chart_scaling(doc: dict, out: Path, axis: str, fname: str) -> str | None:
                        "compression": "compression"}[axis], fontsize=9)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
-    a1.set_ylabel("MB/s" if metric == "mb_per_s" else "records/s", fontsize=9)
+    a1.set_ylabel("MB/s" if metric.startswith("mb") else "records/s", fontsize=9)
     a2.set_ylabel("client CPU s per GB of values" if axis == "value_bytes" else "client CPU s per million records",
                   fontsize=9)
     for ax in (a1, a2):  # log scale only where there is something positive to show
@@ -345,7 +362,7 @@ def full_report(data: dict, charts: dict) -> str:
                  [t for t in data["e2e"] if t not in ("tansu", "mock", "replay")]:
             doc = data["e2e"][t]
             lines += [f"### {TARGET_TITLES.get(t, t)}", "", f"Data: {dataset_line(doc)}.", "",
-                      *e2e_table(doc), "", f"_{stamp(doc)}._ {load_note(doc)}", ""]
+                      *e2e_table(doc, from_assignment=True), "", f"_{stamp(doc)}._ {load_note(doc)}", ""]
             notes = [f"* `{r['client']}`: {r['metrics']['client_options']}" for r in doc.get("runs", [])
                      if r.get("metrics", {}).get("client_options")]
             if notes:
@@ -361,7 +378,10 @@ def full_report(data: dict, charts: dict) -> str:
     if sc:
         lines += ["## Scaling", "",
                   "On the replay server, so the client's own cost is what grows; each sweep keeps the "
-                  f"rest at {sc.get('base')}.  Record-size points hold the bytes roughly constant.", ""]
+                  f"rest at {sc.get('base')}.  Record-size points hold the bytes roughly constant.  "
+                  "Rates and CPU here count from the partition assignment (or an assign-mode loop's "
+                  "first Fetch) to the last record: with many partitions one Fetch answer can hold "
+                  "most of the data, so a window opening at the first delivery would say little.", ""]
         for axis in ("partitions", "value_bytes", "compression"):
             lines += [f"### {axis.replace('_', ' ')}", ""]
             if charts.get(f"scaling_{axis}"):
@@ -396,6 +416,8 @@ def readme_section(data: dict, charts: dict, out_rel: str) -> str:
     for t in [t for t in ("replay", "tansu", "mock") if t in data["e2e"]]:
         doc = data["e2e"][t]
         lines += [f"**{TARGET_TITLES.get(t, t)}** — {dataset_line(doc)}:", "", *e2e_table(doc), ""]
+        if load_note(doc):
+            lines += [load_note(doc), ""]
     if data["e2e"]:
         any_doc = next(iter(data["e2e"].values()))
         lines += [f"_{stamp(any_doc)}._", ""]
