@@ -49,6 +49,9 @@ from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from libc.string cimport memcmp
 
 cdef extern from "Python.h":
+    void PyObject_GC_UnTrack(void* op)
+
+cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
     int PyBUF_READ
 
@@ -89,8 +92,9 @@ cdef class Record:
     (list of ``(str, bytes | None)``), and where it came from: ``topic``, ``partition``,
     ``leader_epoch`` (-1 when unknown), which the consumer sets.
 
-    Records do not take part in cyclic garbage collection (they are created by the million);
-    do not put a Record inside its own ``headers`` list.
+    Records do not take part in cyclic garbage collection (they are created by the million),
+    nor do the ``headers`` lists and tuples the decoder makes; do not put a Record (or any
+    container that could point back to it) inside its own ``headers`` list.
     """
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
@@ -709,8 +713,14 @@ cdef class _RecDecoder:
             PyTuple_SET_ITEM(h, 0, hkey)
             Py_INCREF(hval)
             PyTuple_SET_ITEM(h, 1, hval)
+            # A header tuple holds only str/bytes/None: it cannot be part of a cycle, so the
+            # cyclic GC need not track it (records are created by the million).
+            PyObject_GC_UnTrack(<void*>h)
             Py_INCREF(h)
             PyList_SET_ITEM(headers, j, h)
+        # Likewise the headers list: a fresh list of untracked tuples.  Untracked, millions of
+        # buffered records cost the GC nothing (with them tracked, decode ran ~4x slower).
+        PyObject_GC_UnTrack(<void*>headers)
         if rc.pos != rc.end:
             raise CorruptRecordError(
                 f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
@@ -955,7 +965,9 @@ cdef class _RecDecoder:
         r.timestamp_type = ts_type
         r.key = key
         r.value = value
-        r.headers = []
+        headers = []
+        PyObject_GC_UnTrack(<void*>headers)  # see the v2 path: an empty list cannot form a cycle
+        r.headers = headers
         r.topic = self.topic
         r.partition = self.partition
         r.leader_epoch = self.leader_epoch_default
