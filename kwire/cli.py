@@ -1,8 +1,10 @@
 """The ``kwire`` command: ``python -m kwire`` or the ``kwire`` entry point.
 
 Subcommands register themselves in ``COMMANDS``; each has an ``add_arguments(parser)`` and a
-``run(args) -> int``.  Output meant for scripts goes to stdout; progress and tables for
-people go to stderr/stdout through rich, which degrades to plain text when piped.
+``run(args) -> int``.  The cluster commands (metadata, topics, groups, offsets, consume,
+produce) live in :mod:`kwire.commands`.  Output meant for scripts goes to stdout; progress
+and tables for people go to stderr/stdout through rich, which degrades to plain text when
+piped.
 """
 from __future__ import annotations
 
@@ -38,7 +40,14 @@ def _run_demo(args) -> int:
     return run_demo(args)
 
 
+def _cluster_commands() -> dict:
+    from .commands import COMMANDS as cluster  # metadata, topics, groups, offsets, consume, produce
+
+    return cluster
+
+
 COMMANDS = {
+    **_cluster_commands(),
     "decode": ("decode Kafka frames: from a .pcap/.pcapng capture, or one frame as hex", _add_decode, _run_decode),
     "demo": ("the main job: embedded broker, produce, read, aggregate, commit", _add_demo, _run_demo),
 }

@@ -1,0 +1,461 @@
+"""``kwire groups`` and ``kwire offsets``: consumer groups as their coordinators see them.
+
+::
+
+    kwire groups -b localhost:9092                     every group (ListGroups on every broker)
+    kwire groups -b localhost:9092 --describe orders   state, protocol, members, and each member's
+                                                       subscription and assignment, decoded
+    kwire offsets -b localhost:9092 --group orders     committed offset, log start, end, lag
+
+A group's requests go to its coordinator (FindCoordinator).  Member metadata and assignments
+are the consumer protocol's embedded messages (ConsumerProtocolSubscription /
+ConsumerProtocolAssignment); they are decoded when the group's protocol type is "consumer"
+and shown raw (hex) otherwise.
+
+The end of a partition is ListOffsets(latest), confirmed by a Fetch that reads nothing and
+reports the high watermark -- the larger wins: Tansu 0.6 answers ListOffsets(latest) with the
+last batch's base offset + 1, short of the end when batches hold several records.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError, for_code
+from ..net.metadata import BrokerInfo
+from ..protocol import api as P
+from ..protocol.schema import ZERO_UUID
+from .cluster import open_admin, snapshot
+from .common import CommandError, Out, add_common, add_format, cell, error_name, timeout_ms_of
+
+_GROUP_ID_NOT_FOUND = 69
+_COORDINATOR_RETRY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+_RETRY_BACKOFF_S = 0.2
+_EARLIEST, _LATEST = -2, -1
+
+
+# --- requests to a group's coordinator -----------------------------------------------------------
+
+class _Deadline:
+    def __init__(self, timeout_ms: int):
+        self.end = time.monotonic() + timeout_ms / 1000
+
+    def left_ms(self) -> int:
+        return max(1, int((self.end - time.monotonic()) * 1000))
+
+    def passed(self) -> bool:
+        return time.monotonic() >= self.end
+
+
+def find_coordinator(net, group: str, deadline: _Deadline) -> BrokerInfo:
+    """The group's coordinator (retrying while the cluster is still electing one)."""
+    while True:
+        resp = net.request(None, "FindCoordinator",
+                           lambda v: {"key": group, "key_type": 0, "coordinator_keys": [group]},
+                           deadline.left_ms())
+        c = resp["coordinators"][0] if resp.get("coordinators") else resp
+        code = c.get("error_code", 0)
+        if code == 0:
+            break
+        if code not in _COORDINATOR_RETRY or deadline.passed():
+            raise CommandError(f"no coordinator for group {group!r}: {for_code(code, c.get('error_message'))}")
+        time.sleep(_RETRY_BACKOFF_S)
+    node = c["node_id"]
+    md = net.metadata
+    if md.broker(node) is None:  # a coordinator the metadata did not list: learn its address
+        md.brokers[node] = BrokerInfo(node, c["host"], c["port"])
+    return md.broker(node)
+
+
+def describe_group(net, node: int, group: str, deadline: _Deadline) -> dict | None:
+    """The DescribeGroups entry for ``group``; None when the broker has no DescribeGroups."""
+    try:
+        resp = net.request(node, "DescribeGroups", {"groups": [group], "include_authorized_operations": False},
+                           deadline.left_ms())
+    except UnsupportedVersionError:
+        return None
+    for g in resp["groups"]:
+        if g["group_id"] == group:
+            return g
+    raise CommandError(f"DescribeGroups answered without group {group!r}")
+
+
+def listed_groups(net, node: int, deadline: _Deadline) -> list[dict] | None:
+    """ListGroups on one broker; None when it has no ListGroups."""
+    try:
+        resp = net.request(node, "ListGroups", {"states_filter": [], "types_filter": []}, deadline.left_ms())
+    except UnsupportedVersionError:
+        return None
+    if resp.get("error_code"):
+        raise for_code(resp["error_code"], f"ListGroups on node {node}")
+    return resp["groups"]
+
+
+def group_exists(net, node: int, group: str, desc: dict | None, deadline: _Deadline) -> bool | None:
+    """Does the coordinator know ``group``?  None when it cannot say.
+
+    Brokers answer DescribeGroups for an unknown group in different ways: GROUP_ID_NOT_FOUND
+    (Kafka 4), state "Dead" (older Kafka), or an empty group with no protocol type (Tansu) --
+    which is also what a group that only ever committed offsets looks like, so then ListGroups
+    on the coordinator decides."""
+    if desc is not None:
+        if desc["error_code"] == _GROUP_ID_NOT_FOUND or desc["group_state"] == "Dead":
+            return False
+        if desc["error_code"] == 0 and (desc["members"] or desc["protocol_type"]):
+            return True
+    listed = listed_groups(net, node, deadline)
+    if listed is None:
+        return None if desc is None else False
+    return any(g["group_id"] == group for g in listed)
+
+
+def offset_fetch(net, node: int, group: str, topics: dict[str, list[int]] | None,
+                 deadline: _Deadline) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    """Committed offsets: {(topic, partition): (offset, metadata, error code)}; ``topics`` None
+    asks for every partition the group committed."""
+    wanted = None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in sorted(topics.items())]
+    body = {"group_id": group, "topics": wanted, "require_stable": False,
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted}]}
+    # v10 names topics by id only; v2 is the first to take a null topic list ("all").
+    f = net.send(node, "OffsetFetch", body, max_version=9, min_version=2 if wanted is None else None,
+                 timeout_ms=deadline.left_ms())
+    resp = net.wait(f).result()
+    if resp.get("groups"):
+        g = next((g for g in resp["groups"] if g["group_id"] == group), resp["groups"][0])
+        entries, code = g.get("topics") or [], g.get("error_code", 0)
+    else:
+        entries, code = resp.get("topics") or [], resp.get("error_code", 0)
+    if code:
+        raise CommandError(f"committed offsets of group {group!r}: {for_code(code)}")
+    out = {}
+    for t in entries:
+        for p in t["partitions"]:
+            out[(t["name"], p["partition_index"])] = (p["committed_offset"], p.get("metadata"), p["error_code"])
+    return out
+
+
+def log_bounds(net, snap, tps: list[tuple[str, int]], deadline: _Deadline) -> dict[tuple[str, int], dict]:
+    """Per partition: {"log_start", "end", "error"} from its leader."""
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    out: dict[tuple[str, int], dict] = {}
+    for tp in tps:
+        info = snap.topics.get(tp[0])
+        part = None if info is None else info.partitions.get(tp[1])
+        if part is None or part.leader < 0:
+            out[tp] = {"log_start": None, "end": None,
+                       "error": "UNKNOWN_TOPIC_OR_PARTITION" if part is None else "LEADER_NOT_AVAILABLE"}
+            continue
+        by_leader.setdefault(part.leader, []).append(tp)
+    pending = []
+    for leader, group in by_leader.items():
+        for ts in (_EARLIEST, _LATEST):
+            body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": deadline.left_ms(),
+                    "topics": [{"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                                           "timestamp": ts} for tt, p in group if tt == t]}
+                               for t in sorted({t for t, _ in group})]}
+            pending.append((ts, net.send(leader, "ListOffsets", body, min_version=1, timeout_ms=deadline.left_ms())))
+    listed: dict[int, dict[tuple[str, int], int]] = {_EARLIEST: {}, _LATEST: {}}
+    for ts, f in pending:
+        for t in net.wait(f).result()["topics"]:
+            for p in t["partitions"]:
+                tp = (t["name"], p["partition_index"])
+                if p["error_code"]:
+                    out[tp] = {"log_start": None, "end": None, "error": error_name(p["error_code"])}
+                else:
+                    listed[ts][tp] = p["offset"]
+    marks = _high_watermarks(net, snap, by_leader, listed[_LATEST], deadline)
+    for tps_ in by_leader.values():
+        for tp in tps_:
+            if tp in out:
+                continue
+            end = listed[_LATEST].get(tp)
+            hw, start = marks.get(tp, (None, None))
+            if end is not None and hw is not None:
+                end = max(end, hw)
+            log_start = listed[_EARLIEST].get(tp)
+            if start is not None and start >= 0 and log_start is not None:
+                log_start = max(log_start, start)
+            out[tp] = {"log_start": log_start, "end": end, "error": None}
+    return out
+
+
+def _high_watermarks(net, snap, by_leader, at, deadline) -> dict[tuple[str, int], tuple[int, int]]:
+    """(high watermark, log start) per partition from a Fetch at ``at[tp]`` that reads nothing."""
+    pending = []
+    for leader, tps in by_leader.items():
+        tps = [tp for tp in tps if tp in at]
+        if not tps:
+            continue
+        topics = sorted({t for t, _ in tps})
+        ids = {t: snap.topics[t].topic_id for t in topics}
+        # max_wait_ms 1, not 0: Tansu answers a zero-wait Fetch with no partitions at all.
+        body = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 0, "max_bytes": 1, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": t, "topic_id": ids[t], "partitions": [
+                    {"partition": p, "fetch_offset": at[(t, p)], "partition_max_bytes": 1,
+                     "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}
+                    for tt, p in tps if tt == t]} for t in topics]}
+        cap = 12 if any(i == ZERO_UUID for i in ids.values()) else None  # v13+ names topics by id
+        pending.append((net.send(leader, "Fetch", body, max_version=cap, min_version=4,
+                                 timeout_ms=deadline.left_ms()), ids))
+    out = {}
+    for f, ids in pending:
+        try:
+            resp = net.wait(f).result()
+        except KwireError:
+            continue  # ListOffsets' answer stands
+        names = {tid: t for t, tid in ids.items()}
+        for t in resp["responses"]:
+            name = t.get("topic") or names.get(t.get("topic_id"))
+            for p in t["partitions"]:
+                if not p["error_code"]:
+                    out[(name, p["partition_index"])] = (p["high_watermark"], p.get("log_start_offset", -1))
+    return out
+
+
+# --- decoding members --------------------------------------------------------------------------
+
+def _hex(data) -> str | None:
+    return None if data is None else bytes(data).hex()
+
+
+def decode_subscription(data: bytes) -> dict:
+    version, v = P.decode_subscription(data)
+    return {"version": version, "topics": list(v.get("topics") or []),
+            "owned_partitions": [{"topic": o["topic"], "partitions": list(o["partitions"])}
+                                 for o in v.get("owned_partitions") or []],
+            "generation_id": v.get("generation_id", -1), "rack_id": v.get("rack_id"),
+            "user_data": _hex(v.get("user_data"))}
+
+
+def decode_assignment(data: bytes) -> dict:
+    version, v = P.decode_assignment(data)
+    return {"version": version,
+            "partitions": [{"topic": a["topic"], "partitions": list(a["partitions"])}
+                           for a in v.get("assigned_partitions") or []],
+            "user_data": _hex(v.get("user_data"))}
+
+
+def _decode(protocol_type: str, data: bytes, decoder) -> dict | None:
+    if not data:
+        return None
+    if protocol_type != "consumer":
+        return {"raw": bytes(data).hex()}
+    try:
+        return decoder(bytes(data))
+    except KwireError as exc:
+        return {"error": str(exc), "raw": bytes(data).hex()}
+
+
+def member_json(protocol_type: str, m: dict) -> dict:
+    return {
+        "member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+        "client_id": m["client_id"], "client_host": m["client_host"],
+        "subscription": _decode(protocol_type, m["member_metadata"], decode_subscription),
+        "assignment": _decode(protocol_type, m["member_assignment"], decode_assignment),
+    }
+
+
+def _tps_text(entries) -> str:
+    """'t:0,1;u:3' for a list of {"topic", "partitions"}: one cell, no spaces."""
+    return ";".join(f"{e['topic']}:{cell(sorted(e['partitions']))}" for e in entries) or "-"
+
+
+# --- kwire groups ----------------------------------------------------------------------------------
+
+def add_groups(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--describe", metavar="GROUP",
+                   help="state, protocol and members of GROUP, with subscriptions and assignments decoded")
+    add_format(p)
+    add_common(p)
+
+
+def run_groups(args) -> int:
+    deadline = _Deadline(timeout_ms_of(args))
+    admin, plog = open_admin(args)
+    with plog, admin:
+        net = admin.network
+        if args.describe is not None:
+            return _describe(args, net, deadline)
+        snap = snapshot(admin, args, [])
+        found: dict[str, dict] = {}
+        failures = []
+        pending = [(node, net.send(node, "ListGroups", {"states_filter": [], "types_filter": []},
+                                   timeout_ms=deadline.left_ms())) for node in sorted(snap.brokers)]
+        for node, f in pending:
+            try:
+                resp = net.wait(f).result()
+                if resp.get("error_code"):
+                    raise for_code(resp["error_code"])
+            except KwireError as exc:
+                failures.append((node, exc))
+                continue
+            for g in resp["groups"]:
+                found.setdefault(g["group_id"], {
+                    "group": g["group_id"], "protocol_type": g["protocol_type"],
+                    "state": g.get("group_state") or None, "group_type": g.get("group_type") or None,
+                    "coordinator": node})
+    if failures and len(failures) == len(pending):
+        raise failures[0][1]
+    for node, exc in failures:
+        print(f"kwire groups: broker {node}: {exc}", file=sys.stderr)
+    groups = [found[k] for k in sorted(found)]
+    out = Out()
+    if args.format == "json":
+        out.json(groups)
+    else:
+        out.table(["group", "protocol type", "state", "type", "coordinator"],
+                  [[g["group"], g["protocol_type"], g["state"], g["group_type"], g["coordinator"]]
+                   for g in groups], right=("coordinator",))
+    return 1 if failures else 0
+
+
+def _describe(args, net, deadline: _Deadline) -> int:
+    group = args.describe
+    net.refresh_metadata([], deadline.left_ms())
+    coordinator = find_coordinator(net, group, deadline)
+    desc = describe_group(net, coordinator.node_id, group, deadline)
+    if desc is None:
+        raise CommandError(f"the coordinator of group {group!r} (node {coordinator.node_id}) "
+                           "does not support DescribeGroups")
+    if desc["error_code"] and desc["error_code"] != _GROUP_ID_NOT_FOUND:
+        raise CommandError(f"group {group!r}: {for_code(desc['error_code'], desc.get('error_message'))}")
+    if not group_exists(net, coordinator.node_id, group, desc, deadline):
+        raise CommandError(f"group {group!r} not found")
+    ptype = desc["protocol_type"]
+    members = [member_json(ptype, m) for m in desc["members"]]
+    result = {"group": group, "state": desc["group_state"], "protocol_type": ptype,
+              "protocol": desc["protocol_data"] or None,
+              "coordinator": {"node_id": coordinator.node_id, "host": coordinator.host, "port": coordinator.port},
+              "members": members}
+    out = Out()
+    if args.format == "json":
+        out.json(result)
+        return 0
+    proto = "/".join(x for x in (ptype, desc["protocol_data"]) if x) or "-"
+    out.line(f"group {group}  state {desc['group_state']}  protocol {proto}  coordinator "
+             f"{coordinator.node_id} ({coordinator.address})  members {len(members)}")
+    if not members:
+        return 0
+    out.line()
+    rows = []
+    for m in members:
+        sub, asg = m["subscription"] or {}, m["assignment"] or {}
+        rows.append([m["member_id"], m["client_id"], m["client_host"], m["group_instance_id"],
+                     cell(sub.get("topics")) if "topics" in sub else _raw_cell(sub),
+                     _tps_text(sub.get("owned_partitions", [])) if sub else "-",
+                     _tps_text(asg["partitions"]) if "partitions" in asg else _raw_cell(asg)])
+    out.table(["member", "client id", "host", "instance", "subscribed", "owned", "assigned"], rows)
+    if all(m["subscription"] is None and m["assignment"] is None for m in members):
+        out.line("(the coordinator sent no member metadata or assignments)")
+    return 0
+
+
+def _raw_cell(decoded: dict) -> str:
+    if not decoded:
+        return "-"
+    if "error" in decoded:
+        return f"undecodable ({len(decoded['raw']) // 2} B)"
+    return f"raw ({len(decoded['raw']) // 2} B)"
+
+
+# --- kwire offsets ---------------------------------------------------------------------------------
+
+def add_offsets(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-g", "--group", required=True, help="the consumer group")
+    p.add_argument("-t", "--topic", action="append", metavar="TOPIC",
+                   help="only this topic, every partition, committed or not (repeatable; "
+                        "default: the partitions the group committed)")
+    add_format(p)
+    add_common(p)
+
+
+def run_offsets(args) -> int:
+    deadline = _Deadline(timeout_ms_of(args))
+    group = args.group
+    admin, plog = open_admin(args)
+    with plog, admin:
+        net = admin.network
+        topics_snap = snapshot(admin, args, args.topic) if args.topic else None
+        coordinator = find_coordinator(net, group, deadline)
+        node = coordinator.node_id
+        wanted = None
+        if topics_snap is not None:
+            wanted = {t: sorted(topics_snap.topics[t].partitions) for t in args.topic}
+        try:
+            committed = offset_fetch(net, node, group, wanted, deadline)
+        except ProtocolError:
+            if wanted is not None:
+                raise
+            # librdkafka's mock cluster answers "every topic" with a null list, which the spec
+            # does not allow: ask for every topic of the cluster by name instead.
+            every = {t: sorted(i.partitions) for t, i in admin.list_topics(None, timeout=args.timeout).topics.items()
+                     if i.partitions and not i.is_internal}
+            committed = {tp: v for tp, v in offset_fetch(net, node, group, every, deadline).items()
+                         if v[0] >= 0} if every else {}
+        try:
+            desc = describe_group(net, node, group, deadline)
+        except BrokerError:
+            desc = None
+        if not any(off >= 0 for off, _, _ in committed.values()):
+            exists = group_exists(net, node, group, desc, deadline)
+            if exists is False:
+                raise CommandError(f"group {group!r} not found")
+            if exists is None and wanted is None:
+                raise CommandError(f"group {group!r} has no committed offsets (and the broker cannot "
+                                   "describe groups)")
+        if wanted is not None:
+            tps = [(t, p) for t, ps in sorted(wanted.items()) for p in ps]
+            snap = topics_snap
+        else:
+            tps = sorted(committed)
+            names = sorted({t for t, _ in tps})
+            snap = admin.list_topics(names, timeout=max(0.1, deadline.left_ms() / 1000)) if names else None
+        bounds = log_bounds(net, snap, tps, deadline) if tps else {}
+    owners = _owners(desc)
+    rows = []
+    total = 0
+    for tp in tps:
+        off, meta, code = committed.get(tp, (-1, None, 0))
+        b = bounds.get(tp, {})
+        end = b.get("end")
+        lag = end - off if off is not None and off >= 0 and end is not None else None
+        if lag is not None:
+            total += max(0, lag)
+        owner = owners.get(tp)
+        rows.append({"topic": tp[0], "partition": tp[1], "committed": off if off >= 0 else None,
+                     "metadata": meta or None, "log_start": b.get("log_start"), "end": end, "lag": lag,
+                     "member_id": owner["member_id"] if owner else None,
+                     "client_id": owner["client_id"] if owner else None,
+                     "error": error_name(code) or b.get("error")})
+    state = desc["group_state"] if desc is not None and not desc["error_code"] else None
+    out = Out()
+    if args.format == "json":
+        out.json({"group": group, "coordinator": node, "state": state, "total_lag": total, "partitions": rows})
+        return 0
+    out.line(f"group {group}  coordinator {node} ({coordinator.address})  state {state or '-'}  "
+             f"total lag {total}")
+    if not rows:
+        out.line("(no committed offsets: --topic TOPIC shows a topic's partitions all the same)")
+        return 0
+    out.line()
+    out.table(["topic", "partition", "committed", "log start", "end", "lag", "member", "error"],
+              [[r["topic"], r["partition"], r["committed"], r["log_start"], r["end"], r["lag"],
+                r["client_id"] or r["member_id"], r["error"]] for r in rows],
+              right=("partition", "committed", "log start", "end", "lag"))
+    return 0
+
+
+def _owners(desc: dict | None) -> dict[tuple[str, int], dict]:
+    """Which member each partition is assigned to, from the decoded assignments."""
+    owners = {}
+    if desc is None or desc.get("error_code"):
+        return owners
+    for m in desc["members"]:
+        asg = _decode(desc["protocol_type"], m["member_assignment"], decode_assignment)
+        for e in (asg or {}).get("partitions", []):
+            for p in e["partitions"]:
+                owners[(e["topic"], p)] = {"member_id": m["member_id"], "client_id": m["client_id"] or None}
+    return owners
+

@@ -1,0 +1,15 @@
+"""kwire's consumer: state machines that do no I/O (subscription, coordinator, fetcher,
+positions) and the Consumer that drives them from one background thread."""
+from .types import (OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
+                    OffsetAndMetadata, TopicPartition)
+
+__all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OFFSET_BEGINNING", "OFFSET_END",
+           "OFFSET_INVALID", "OFFSET_STORED"]
+
+
+def __getattr__(name):
+    # The Consumer pulls in the network layer; the state machines alone do not need it.
+    if name == "Consumer":
+        from .consumer import Consumer
+        return Consumer
+    raise AttributeError(f"module 'kwire.consumer' has no attribute {name!r}")

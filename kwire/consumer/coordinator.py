@@ -1,0 +1,1203 @@
+"""The classic consumer group protocol as a state machine that does no I/O.
+
+    coordinator.poll(now_ms)                      -> [Request]   what to send now
+    coordinator.on_response(request, resp, now)   response dict, or the exception it failed with
+    coordinator.next_deadline_ms()                when poll() has something to do next
+    coordinator.drain_actions()                   -> [Action]    callbacks / results for the app
+
+Membership (:class:`MemberState`, legal transitions in ``_LEGAL``)::
+
+    UNJOINED ─▶ FIND_COORDINATOR ─▶ [PREPARING] ─▶ JOINING ─▶ SYNCING ─▶ STABLE
+                                     eager only:      │  MEMBER_ID_REQUIRED: rejoin with the
+                                     on_revoke(all),  │  member id the broker gave
+                                     ack, commit      └─ leader: run the assignor
+    STABLE ── heartbeat every heartbeat.interval.ms ──▶ REBALANCE_IN_PROGRESS: rejoin
+           ── UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION: partitions lost, rejoin (new member id
+              for the former)
+           ── FENCED_INSTANCE_ID (static membership): fatal
+           ── NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / disconnect: find the coordinator
+              again (membership kept); COORDINATOR_LOAD_IN_PROGRESS: retry after backoff
+           ── no poll() for max.poll.interval.ms: LeaveGroup, partitions lost, rejoin when the
+              application polls again
+    close(): on_revoke, commit, LeaveGroup (dynamic members only) ─▶ CLOSED
+
+Cooperative rebalancing (KIP-429): partitions are kept while rejoining (they are listed as
+owned in the subscription); after SyncGroup only the difference moves: on_assign(added), and
+on_revoke(removed) followed by another JoinGroup so the leader can hand them on.
+
+Coordinator discovery is beside the member state: losing the coordinator while STABLE keeps
+the generation; heartbeats resume once found.  Commits (OffsetCommit) and committed-offset
+look-ups (OffsetFetch, multi-group layout from v8) also go through here.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..errors import CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError
+from ._codes import E, error as broker_error, is_retriable
+from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
+                        decode_member_subscription, rebalance_protocol)
+from .subscription import FetchState, SubscriptionState
+from .types import (COORDINATOR, AssignPartitions, CommitResult, CommittedResult, ErrorAction,
+                    LosePartitions, OffsetAndMetadata, Request, RevokePartitions)
+
+log = logging.getLogger("kwire.consumer.coordinator")
+
+TP = tuple
+NO_GENERATION = -1
+NEVER = None
+
+
+class MemberState(enum.Enum):
+    UNJOINED = "unjoined"
+    FIND_COORDINATOR = "find_coordinator"
+    PREPARING = "preparing"  # eager: revoking everything (and committing) before JoinGroup
+    JOINING = "joining"
+    SYNCING = "syncing"
+    STABLE = "stable"
+    LEAVING = "leaving"
+    CLOSED = "closed"
+
+
+_S = MemberState
+_LEGAL: dict[MemberState, frozenset[MemberState]] = {
+    _S.UNJOINED: frozenset({_S.UNJOINED, _S.FIND_COORDINATOR, _S.PREPARING, _S.JOINING,
+                            _S.LEAVING, _S.CLOSED}),
+    _S.FIND_COORDINATOR: frozenset({_S.FIND_COORDINATOR, _S.PREPARING, _S.JOINING, _S.UNJOINED,
+                                    _S.LEAVING, _S.CLOSED}),
+    _S.PREPARING: frozenset({_S.FIND_COORDINATOR, _S.JOINING, _S.UNJOINED, _S.LEAVING, _S.CLOSED}),
+    _S.JOINING: frozenset({_S.JOINING, _S.SYNCING, _S.FIND_COORDINATOR, _S.UNJOINED, _S.LEAVING,
+                           _S.CLOSED}),
+    _S.SYNCING: frozenset({_S.STABLE, _S.JOINING, _S.FIND_COORDINATOR, _S.UNJOINED, _S.LEAVING,
+                           _S.CLOSED}),
+    _S.STABLE: frozenset({_S.PREPARING, _S.JOINING, _S.FIND_COORDINATOR, _S.UNJOINED, _S.LEAVING,
+                          _S.CLOSED}),
+    _S.LEAVING: frozenset({_S.UNJOINED, _S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
+# Errors after which joining again cannot help: the application must hear about them.
+_FATAL_JOIN = {E.FENCED_INSTANCE_ID, E.GROUP_AUTHORIZATION_FAILED, E.INVALID_SESSION_TIMEOUT,
+               E.INCONSISTENT_GROUP_PROTOCOL, E.GROUP_MAX_SIZE_REACHED, E.INVALID_GROUP_ID,
+               E.UNSUPPORTED_VERSION, E.UNRELEASED_INSTANCE_ID}
+_COORDINATOR_GONE = {E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE}
+
+# Membership requests stay at the newest versions librdkafka itself sends.  The later ones add
+# nothing a classic consumer needs (flexible encoding; JoinGroup v8 "reason", v9
+# skip_assignment; LeaveGroup v3 batches of static members, which we never send), every
+# broker from Kafka 2.x to 4.x accepts these, and librdkafka's mock cluster advertises
+# JoinGroup v6 / SyncGroup v4 / LeaveGroup v3+ but parses them as the older layouts.
+_MAX_VERSION = {"JoinGroup": 5, "SyncGroup": 3, "Heartbeat": 3, "LeaveGroup": 2}
+
+
+class IllegalMemberTransition(KwireError):
+    """A bug: the coordinator asked for a transition its table does not allow."""
+
+
+@dataclass
+class _Commit:
+    seq: int
+    offsets: dict
+    token: Any
+    user: bool
+    deadline_ms: int
+    next_try_ms: int = 0
+    inflight: bool = False
+    done: bool = False
+    error: BaseException | None = None
+
+
+@dataclass
+class _CommittedQuery:
+    tps: list
+    token: Any
+    deadline_ms: int
+    next_try_ms: int = 0
+    inflight: bool = False
+
+
+@dataclass
+class _Revocation:
+    tps: list
+    ack_id: int
+    then: str  # "join": eager rebalance; "rejoin": cooperative; "leave": close/unsubscribe
+    acked: bool = False
+    commit_seq: int | None = None
+    committed: bool = False
+
+
+@dataclass
+class _Ctx:
+    """What a request was sent under, to recognise stale responses."""
+    kind: str
+    coordinator_epoch: int
+    generation: int = NO_GENERATION
+    member_id: str = ""
+    payload: Any = None
+    extra: dict = field(default_factory=dict)
+
+
+class GroupCoordinator:
+    """Classic group membership, heartbeats, commits and committed-offset look-ups."""
+
+    def __init__(self, subscriptions: SubscriptionState, *, group_id: str | None,
+                 assignors: list[Assignor], group_instance_id: str | None = None,
+                 session_timeout_ms: int = 45000, rebalance_timeout_ms: int = 300000,
+                 heartbeat_interval_ms: int = 3000, retry_backoff_ms: int = 100,
+                 request_timeout_ms: int = 30000, enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5000, client_rack: str | None = None,
+                 now_ms: int = 0):
+        self.subs = subscriptions
+        self.group_id = group_id
+        self.group_instance_id = group_instance_id or None
+        self.assignors = list(assignors)
+        if not self.assignors:
+            raise ValueError("at least one partition assignor is needed")
+        self.protocol = rebalance_protocol(self.assignors)
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.max_poll_interval_ms = rebalance_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.auto_commit = enable_auto_commit and group_id is not None
+        self.auto_commit_interval_ms = auto_commit_interval_ms
+        self.client_rack = client_rack or None
+
+        self.state = MemberState.UNJOINED
+        self.member_id = ""
+        self.generation = NO_GENERATION
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.is_leader = False
+        self.failed: BaseException | None = None
+
+        # coordinator discovery
+        self.coordinator_id: int | None = None
+        self.coordinator_host: str | None = None
+        self.coordinator_port: int | None = None
+        self._coordinator_epoch = 0
+        self._find_inflight = False
+        self._find_next_ms = 0
+
+        # join / sync
+        self._join_inflight = False
+        self._join_next_ms = 0
+        self._join_reason = "initial join"
+        self._rejoin_needed = False
+        self._joined_topics: tuple[str, ...] = ()
+        self._sync_inflight = False
+        self._group_members: list = []
+        self._assignment: dict[str, bytes] | None = None
+        self._await_metadata_after: int | None = None
+        self._snapshot: dict[str, int] = {}
+
+        # heartbeats and liveness
+        self._hb_inflight = False
+        self._hb_next_ms = 0
+        self._last_hb_ok_ms = now_ms
+        self.last_app_poll_ms = now_ms
+        self.app_in_poll = False
+        self._await_app_poll = False
+
+        # revocation, leave
+        self._revocation: _Revocation | None = None
+        self._ack_seq = 0
+        self._closing = False
+        self._unsubscribing = False
+        self._leave_then_close = False
+        self._leave_inflight = False
+        self._pending_leave_member: tuple | None = None
+
+        # commits and committed offsets
+        self._commit_seq = 0
+        self._commits: dict[int, _Commit] = {}
+        self._latest_commit_seq: dict[TP, int] = {}
+        self._next_auto_commit_ms = now_ms + auto_commit_interval_ms
+        self._auto_commit_seq: int | None = None
+        self._init_fetch_inflight = False
+        self._init_fetch_next_ms = 0
+        self._queries: list[_CommittedQuery] = []
+
+        # metadata
+        self._partitions_per_topic: dict[str, int] = {}
+        self._topic_ids: dict[str, Any] = {}
+        self._metadata_epoch = 0
+        self.needs_metadata = False
+
+        self._actions: list = []
+
+    # --- the transition table ----------------------------------------------------------------
+
+    def _to(self, new: MemberState, reason: str = "") -> None:
+        if new not in _LEGAL[self.state]:
+            raise IllegalMemberTransition(f"{self.state.name} -> {new.name} is not allowed ({reason})")
+        if new is not self.state:
+            log.debug("group %s: %s -> %s %s", self.group_id, self.state.name, new.name, reason)
+        self.state = new
+
+    # --- inputs from the driver --------------------------------------------------------------
+
+    def drain_actions(self) -> list:
+        out, self._actions = self._actions, []
+        return out
+
+    def on_metadata(self, partitions_per_topic: dict[str, int], topic_ids: dict[str, Any] | None = None,
+                    now_ms: int = 0) -> None:
+        """Fresh cluster metadata: partition counts of known topics (and their ids)."""
+        self._partitions_per_topic = dict(partitions_per_topic)
+        if topic_ids is not None:
+            self._topic_ids = dict(topic_ids)
+        self._metadata_epoch += 1
+        self.needs_metadata = False
+        if self.state is MemberState.STABLE and self.subs.is_auto:
+            if self._member_topics() != self._joined_topics:
+                self.request_rejoin("subscribed topics changed")
+            elif self._current_snapshot() != self._snapshot:
+                self.request_rejoin("partition counts changed")
+
+    def on_app_poll(self, now_ms: int) -> None:
+        self.last_app_poll_ms = now_ms
+        if self._await_app_poll:
+            self._await_app_poll = False
+            self._join_reason = "rejoin after max.poll.interval.ms expired"
+
+    def on_subscription_changed(self) -> None:
+        """The application subscribed (again): join, or rejoin with the new topics."""
+        self.failed = None
+        self._unsubscribing = False
+        if self.state in (MemberState.STABLE, MemberState.JOINING, MemberState.SYNCING):
+            self.request_rejoin("subscription changed")
+
+    def request_rejoin(self, reason: str) -> None:
+        if not self._rejoin_needed:
+            log.info("group %s: rejoin needed: %s", self.group_id, reason)
+        self._rejoin_needed = True
+        self._join_reason = reason
+
+    def ack_revoke(self, ack_id: int, now_ms: int = 0) -> None:
+        """The application ran on_revoke for the revocation with this id."""
+        r = self._revocation
+        if r is not None and r.ack_id == ack_id:
+            r.acked = True
+
+    def commit(self, offsets: dict[TP, OffsetAndMetadata], now_ms: int, *, token: Any = None,
+               user: bool = True, timeout_ms: int | None = None) -> int:
+        """Queue an OffsetCommit; its outcome arrives as a CommitResult action."""
+        self._commit_seq += 1
+        seq = self._commit_seq
+        deadline = now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms)
+        c = _Commit(seq, dict(offsets), token, user, deadline)
+        if self.group_id is None:
+            self._finish_commit(c, CommitFailedError("commit needs group.id"))
+            return seq
+        if not offsets:
+            self._finish_commit(c, None)
+            return seq
+        for tp in c.offsets:
+            self._latest_commit_seq[tp] = seq
+        self._commits[seq] = c
+        return seq
+
+    def fetch_committed(self, tps: Iterable[TP], now_ms: int, *, token: Any = None,
+                        timeout_ms: int | None = None) -> None:
+        """Look committed offsets up; the answer arrives as a CommittedResult action."""
+        tps = list(dict.fromkeys(tps))
+        if self.group_id is None:
+            self._actions.append(CommittedResult({}, KwireError("committed() needs group.id"), token))
+            return
+        deadline = now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms)
+        self._queries.append(_CommittedQuery(tps, token, deadline))
+
+    def leave(self, now_ms: int, *, revoke: bool = True, close: bool = False,
+              reason: str = "the consumer is leaving") -> None:
+        """Leave the group (unsubscribe, or close with ``close=True``).
+
+        With ``revoke``, on_revoke is asked for first and awaited (ack_revoke); without it the
+        application has already run it.  Consumed offsets are committed (auto commit) before
+        LeaveGroup; static members send no LeaveGroup (KIP-345: their session lets them come
+        back without a rebalance).
+        """
+        if self.state is MemberState.CLOSED:
+            return
+        self._closing = self._closing or close
+        self._unsubscribing = not close
+        self._leave_then_close = self._leave_then_close or close
+        self._rejoin_needed = False
+        owned = self.subs.assigned() if self.subs.is_auto else []
+        if self._revocation is not None and self._revocation.then == "leave":
+            return
+        if self.subs.is_auto and self.generation != NO_GENERATION and owned:
+            self._start_revocation(owned, "leave", ask=revoke)
+        elif not self.subs.is_auto and self.auto_commit and self.subs.assigned():
+            # manual assignment: commit what was consumed, then close
+            self._start_revocation(self.subs.assigned(), "leave", ask=False, remove=False)
+        else:
+            if owned:
+                self._lose(owned, "leaving without a valid generation", reset_member_id=False)
+            self._begin_leave(now_ms)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is MemberState.CLOSED
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _member_topics(self) -> tuple[str, ...]:
+        return tuple(self.subs.resolve(self._partitions_per_topic))
+
+    def _current_snapshot(self) -> dict[str, int]:
+        topics = set(self._member_topics())
+        if self.is_leader:
+            topics |= set(self.subs.group_topics)
+        return {t: self._partitions_per_topic.get(t, 0) for t in topics}
+
+    def _want_membership(self) -> bool:
+        return (self.group_id is not None and self.subs.is_auto and not self._closing
+                and not self._unsubscribing and self.failed is None and not self._await_app_poll)
+
+    def _generation_valid(self) -> bool:
+        return self.generation != NO_GENERATION
+
+    def _ctx(self, kind: str, payload: Any = None, **extra) -> _Ctx:
+        return _Ctx(kind, self._coordinator_epoch, self.generation, self.member_id, payload, extra)
+
+    def _fatal(self, err: BaseException) -> None:
+        log.error("group %s: fatal: %s", self.group_id, err)
+        self.failed = err
+        self._actions.append(ErrorAction(err, fatal=True))
+        owned = self.subs.assigned() if self.subs.is_auto else []
+        if owned:
+            self._lose(owned, str(err), reset_member_id=False)
+        self.generation = NO_GENERATION
+        if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
+            self._to(MemberState.UNJOINED, "fatal error")
+
+    def _lose(self, tps: list, reason: str, *, reset_member_id: bool) -> None:
+        """Partitions are no longer ours without a chance to revoke (no commit)."""
+        log.warning("group %s: lost %d partition(s): %s", self.group_id, len(tps), reason)
+        if tps:
+            self._actions.append(LosePartitions(sorted(tps), self.protocol == COOPERATIVE))
+            self.subs.remove_assignment(tps)
+        self._revocation = None
+
+    def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
+        owned = self.subs.assigned() if self.subs.is_auto else []
+        self._lose(owned, reason, reset_member_id=reset_member_id)
+        self.generation = NO_GENERATION
+        self.is_leader = False
+        if reset_member_id:
+            self.member_id = ""
+        self._hb_inflight = False
+        self._sync_inflight = False
+        self._join_inflight = False
+        if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
+            self._to(MemberState.UNJOINED, reason)
+            if self._closing or self._unsubscribing:
+                self._begin_leave(0)
+        self._join_reason = reason
+
+    def mark_coordinator_unknown(self, reason: str, now_ms: int) -> None:
+        if self.coordinator_id is not None:
+            log.info("group %s: coordinator %s unusable: %s", self.group_id, self.coordinator_id, reason)
+        self.coordinator_id = None
+        self._coordinator_epoch += 1
+        self._find_next_ms = max(self._find_next_ms, now_ms + self.retry_backoff_ms)
+        self._hb_inflight = False
+        if self.state in (MemberState.JOINING, MemberState.SYNCING):
+            # Membership is in flux; join again (same member id) once the coordinator is back.
+            self._join_inflight = self._sync_inflight = False
+            self._to(MemberState.FIND_COORDINATOR, reason)
+
+    # --- poll ----------------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> list[Request]:
+        out: list[Request] = []
+        if self.state is MemberState.CLOSED:
+            return out
+        self._check_liveness(now_ms)
+        out.extend(self._take_pending_leave())
+        self._maybe_find_coordinator(now_ms, out)
+
+        state = self.state
+        if state is MemberState.UNJOINED:
+            if self._want_membership():
+                self._begin_rebalance(now_ms)
+        elif state is MemberState.FIND_COORDINATOR:
+            if self.coordinator_id is not None:
+                self._to(MemberState.JOINING, "coordinator found")
+        elif state is MemberState.STABLE:
+            if self._rejoin_needed and self._revocation is None and self._want_membership():
+                self._begin_rebalance(now_ms)
+
+        self._progress_revocation(now_ms)
+
+        state = self.state
+        if state is MemberState.JOINING:
+            self._maybe_join(now_ms, out)
+        elif state is MemberState.SYNCING:
+            self._maybe_sync(now_ms, out)
+        if self.state in (MemberState.STABLE, MemberState.PREPARING):
+            self._maybe_heartbeat(now_ms, out)
+        if self.state is MemberState.LEAVING:
+            self._maybe_leave(now_ms, out)
+
+        self._maybe_auto_commit(now_ms)
+        self._send_commits(now_ms, out)
+        self._maybe_fetch_initial(now_ms, out)
+        self._send_queries(now_ms, out)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """When poll() next has something to do (None: only a response can change things).
+        Every deadline here is one poll() acts on, so a past one never stays past."""
+        ds = []
+        if self.state is MemberState.CLOSED:
+            return None
+        known = self.coordinator_id is not None
+        if not known and not self._find_inflight and self._needs_coordinator():
+            ds.append(self._find_next_ms)
+        if self.state is MemberState.UNJOINED and self._want_membership():
+            ds.append(0)
+        if known and self.state is MemberState.JOINING and not self._join_inflight:
+            ds.append(self._join_next_ms)
+        if known and self.state in (MemberState.STABLE, MemberState.PREPARING) \
+                and self._generation_valid():
+            if not self._hb_inflight:
+                ds.append(self._hb_next_ms)
+            ds.append(self._last_hb_ok_ms + self.session_timeout_ms + 1)
+        if self._generation_valid() and not self.app_in_poll and \
+                self.state not in (MemberState.LEAVING, MemberState.CLOSED):
+            ds.append(self.last_app_poll_ms + self.max_poll_interval_ms + 1)
+        if self.auto_commit and (self.state is MemberState.STABLE or (
+                not self.subs.is_auto and self.subs.assigned())):
+            if self._auto_commit_seq not in self._commits:
+                ds.append(self._next_auto_commit_ms)
+        for c in self._commits.values():
+            if not c.inflight:
+                ds.append(min(c.next_try_ms, c.deadline_ms) if known else c.deadline_ms)
+        for q in self._queries:
+            if not q.inflight:
+                ds.append(min(q.next_try_ms, q.deadline_ms) if known else q.deadline_ms)
+        if known and not self._init_fetch_inflight and self.group_id is not None and \
+                (not self.subs.is_auto or self.state is MemberState.STABLE) and \
+                self.subs.in_state(FetchState.INITIALIZING):
+            ds.append(self._init_fetch_next_ms)
+        r = self._revocation
+        if r is not None and r.acked and (r.commit_seq is None or r.commit_seq not in self._commits):
+            ds.append(0)
+        if self.state is MemberState.LEAVING and not self._leave_inflight and \
+                all(c.done for c in self._commits.values()) and (known or not self.member_id):
+            ds.append(0)
+        return min(ds) if ds else None
+
+    # --- liveness ------------------------------------------------------------------------------
+
+    def _check_liveness(self, now_ms: int) -> None:
+        if not self._generation_valid() or self.state in (MemberState.LEAVING, MemberState.CLOSED):
+            return
+        if self.app_in_poll:
+            self.last_app_poll_ms = now_ms
+        elif now_ms - self.last_app_poll_ms > self.max_poll_interval_ms:
+            log.warning("group %s: no poll() for %d ms (max.poll.interval.ms=%d): leaving the "
+                        "group", self.group_id, now_ms - self.last_app_poll_ms,
+                        self.max_poll_interval_ms)
+            gen_member = (self.member_id, self.group_instance_id)
+            self._await_app_poll = True
+            self._reset_membership("max.poll.interval.ms expired",
+                                   reset_member_id=self.group_instance_id is None)
+            self._pending_leave_member = gen_member
+            return
+        if self.state in (MemberState.STABLE, MemberState.PREPARING) and \
+                now_ms - self._last_hb_ok_ms > self.session_timeout_ms and self.coordinator_id is not None:
+            # No heartbeat got through for a whole session: assume the coordinator is gone.
+            self.mark_coordinator_unknown("session timeout without heartbeat response", now_ms)
+
+    # --- coordinator discovery -----------------------------------------------------------------
+
+    def _needs_coordinator(self) -> bool:
+        if self.group_id is None:
+            return False
+        return (self._want_membership() or self.state not in (MemberState.UNJOINED, MemberState.CLOSED)
+                or bool(self._commits) or bool(self._queries)
+                or bool(self.subs.in_state(FetchState.INITIALIZING))
+                or self._pending_leave_member is not None)
+
+    def _maybe_find_coordinator(self, now_ms: int, out: list) -> None:
+        if self.coordinator_id is not None or self._find_inflight or now_ms < self._find_next_ms:
+            return
+        if not self._needs_coordinator():
+            return
+        group = self.group_id
+
+        def build(version: int) -> dict:
+            return {"key": group, "key_type": 0, "coordinator_keys": [group]}
+
+        self._find_inflight = True
+        out.append(Request(None, "FindCoordinator", build, context=self._ctx("find"), owner=self))
+
+    def _on_find(self, req: Request, resp, now_ms: int) -> None:
+        self._find_inflight = False
+        if isinstance(resp, BaseException):
+            self._find_next_ms = now_ms + self.retry_backoff_ms
+            return
+        if "coordinators" in resp and resp.get("coordinators"):
+            c = next((c for c in resp["coordinators"] if c.get("key") == self.group_id),
+                     resp["coordinators"][0])
+        else:
+            c = resp
+        code = c.get("error_code", 0)
+        if code != 0:
+            if code == E.GROUP_AUTHORIZATION_FAILED:
+                self._fatal(broker_error(code, c.get("error_message")))
+            self._find_next_ms = now_ms + self.retry_backoff_ms
+            return
+        self.coordinator_id = c["node_id"]
+        self.coordinator_host = c.get("host")
+        self.coordinator_port = c.get("port")
+        self._coordinator_epoch += 1
+        self._last_hb_ok_ms = now_ms
+        self._hb_next_ms = now_ms  # a member that kept its generation checks in at once
+        log.info("group %s: coordinator is node %s (%s:%s)", self.group_id, self.coordinator_id,
+                 self.coordinator_host, self.coordinator_port)
+
+    # --- rebalance -----------------------------------------------------------------------------
+
+    def _begin_rebalance(self, now_ms: int) -> None:
+        self._rejoin_needed = False
+        owned = self.subs.assigned()
+        if self.protocol == EAGER and owned:
+            if self._generation_valid():
+                self._to(MemberState.PREPARING, self._join_reason)
+                self._start_revocation(owned, "join", ask=True)
+                return
+            self._lose(owned, "rejoining without a generation", reset_member_id=False)
+        self._go_join(now_ms)
+
+    def _go_join(self, now_ms: int) -> None:
+        if self.coordinator_id is None:
+            self._to(MemberState.FIND_COORDINATOR, self._join_reason)
+        else:
+            self._to(MemberState.JOINING, self._join_reason)
+
+    def _start_revocation(self, tps: list, then: str, *, ask: bool, remove: bool = True) -> None:
+        self._ack_seq += 1
+        r = _Revocation(sorted(tps), self._ack_seq, then, acked=not ask)
+        r.remove = remove  # type: ignore[attr-defined]
+        self._revocation = r
+        if remove:
+            self.subs.mark_pending_revocation(tps)
+        if ask:
+            self._actions.append(RevokePartitions(r.tps, self.protocol == COOPERATIVE, r.ack_id))
+
+    def _progress_revocation(self, now_ms: int) -> None:
+        r = self._revocation
+        if r is None or not r.acked:
+            return
+        if not r.committed:
+            if r.commit_seq is None:
+                offsets = self.subs.uncommitted(r.tps) if self.auto_commit else {}
+                if offsets:
+                    r.commit_seq = self.commit(offsets, now_ms, user=False,
+                                               timeout_ms=min(self.request_timeout_ms,
+                                                              self.rebalance_timeout_ms))
+                    if r.commit_seq in self._commits:
+                        return
+                r.committed = True
+            elif r.commit_seq in self._commits:
+                return  # commit in flight
+            else:
+                r.committed = True
+        # revoked and committed
+        self._revocation = None
+        if getattr(r, "remove", True):
+            self.subs.remove_assignment(r.tps)
+        if r.then == "join":
+            if self.state is MemberState.PREPARING:
+                self._go_join(now_ms)
+        elif r.then == "rejoin":
+            self.request_rejoin("partitions revoked for reassignment")
+        elif r.then == "leave":
+            self._begin_leave(now_ms)
+
+    def _maybe_join(self, now_ms: int, out: list) -> None:
+        if self._join_inflight or self.coordinator_id is None or now_ms < self._join_next_ms:
+            return
+        if self.subs.is_pattern and self._metadata_epoch == 0:
+            self.needs_metadata = True
+            return  # a pattern needs the topic list before we can say what we subscribe to
+        topics = self._member_topics()
+        self._joined_topics = topics
+        owned = self.subs.assigned() if self.protocol == COOPERATIVE else []
+        protocols = [{"name": a.name,
+                      "metadata": a.subscription(topics, owned, self.generation, self.client_rack)}
+                     for a in self.assignors]
+        body = {
+            "group_id": self.group_id,
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "protocol_type": "consumer",
+            "protocols": protocols,
+            "reason": self._join_reason,
+        }
+        self._join_inflight = True
+        self._rejoin_needed = False
+        out.append(Request(COORDINATOR, "JoinGroup", lambda v: body,
+                           max_version=_MAX_VERSION["JoinGroup"], timeout_ms=self.rebalance_timeout_ms + 5000,
+                           context=self._ctx("join"), owner=self))
+
+    def _on_join(self, req: Request, resp, now_ms: int) -> None:
+        ctx: _Ctx = req.context
+        self._join_inflight = False
+        if self.state is not MemberState.JOINING or ctx.coordinator_epoch != self._coordinator_epoch:
+            return
+        if isinstance(resp, BaseException):
+            if isinstance(resp, (KafkaConnectionError, KafkaTimeoutError)):
+                self.mark_coordinator_unknown(f"JoinGroup failed: {resp}", now_ms)
+            else:
+                log.warning("group %s: JoinGroup failed: %s", self.group_id, resp)
+                self._join_next_ms = now_ms + self.retry_backoff_ms
+            return
+        code = resp.get("error_code", 0)
+        if code == 0:
+            self.generation = resp["generation_id"]
+            self.member_id = resp["member_id"]
+            self.protocol_name = resp.get("protocol_name")
+            self.leader_id = resp.get("leader")
+            self.is_leader = self.leader_id == self.member_id
+            log.info("group %s: joined generation %d as %s%s (protocol %s)", self.group_id,
+                     self.generation, self.member_id, " (leader)" if self.is_leader else "",
+                     self.protocol_name)
+            self._assignment = None
+            self._to(MemberState.SYNCING, "joined")
+            if self.is_leader and not resp.get("skip_assignment", False):
+                self._group_members = [
+                    decode_member_subscription(m["member_id"], bytes(m["metadata"]),
+                                               m.get("group_instance_id"))
+                    for m in resp.get("members", ())]
+                group_topics = frozenset(t for m in self._group_members for t in m.topics)
+                self.subs.group_topics = group_topics
+                # Assign from fresh metadata (partition counts may have changed, other members
+                # may subscribe to topics we never looked up).  The round trip also lets the
+                # followers' SyncGroups reach the coordinator first, which librdkafka's mock
+                # cluster needs: it answers the sync as soon as the leader's arrives.
+                self._await_metadata_after = self._metadata_epoch
+                self.needs_metadata = True
+            else:
+                self._group_members = []
+                self._assignment = {}
+            return
+        if code == E.MEMBER_ID_REQUIRED:
+            # KIP-394: the broker named us; join again with that id right away.
+            self.member_id = resp.get("member_id", "")
+            self._join_next_ms = now_ms
+            return
+        if code == E.UNKNOWN_MEMBER_ID:
+            self.member_id = ""
+            self.generation = NO_GENERATION
+            self._join_next_ms = now_ms
+            return
+        if code == E.ILLEGAL_GENERATION:
+            self.generation = NO_GENERATION
+            self._join_next_ms = now_ms
+            return
+        if code in (E.REBALANCE_IN_PROGRESS, E.COORDINATOR_LOAD_IN_PROGRESS):
+            self._join_next_ms = now_ms + self.retry_backoff_ms
+            return
+        if code in _COORDINATOR_GONE:
+            self.mark_coordinator_unknown(f"JoinGroup: {broker_error(code)}", now_ms)
+            return
+        if code in _FATAL_JOIN:
+            self._fatal(broker_error(code))
+            return
+        self._actions.append(ErrorAction(broker_error(code)))
+        self._join_next_ms = now_ms + self.retry_backoff_ms
+
+    def _assignor(self, name: str | None) -> Assignor:
+        for a in self.assignors:
+            if a.name == name:
+                return a
+        return self.assignors[0]
+
+    def _compute_assignment(self) -> None:
+        members = self._group_members
+        topics = {t for m in members for t in m.topics}
+        counts = {t: self._partitions_per_topic[t] for t in topics if t in self._partitions_per_topic}
+        self._assignment = self._assignor(self.protocol_name).assign_encoded(members, counts)
+        self._await_metadata_after = None
+
+    def _maybe_sync(self, now_ms: int, out: list) -> None:
+        if self._sync_inflight or self.coordinator_id is None:
+            return
+        if self._assignment is None:
+            if self._await_metadata_after is not None and self._metadata_epoch > self._await_metadata_after:
+                self._compute_assignment()
+            else:
+                self.needs_metadata = True
+                return
+        assignments = [{"member_id": m, "assignment": a} for m, a in sorted(self._assignment.items())]
+        body = {"group_id": self.group_id, "generation_id": self.generation,
+                "member_id": self.member_id, "group_instance_id": self.group_instance_id,
+                "protocol_type": "consumer", "protocol_name": self.protocol_name,
+                "assignments": assignments}
+        self._sync_inflight = True
+        out.append(Request(COORDINATOR, "SyncGroup", lambda v: body,
+                           max_version=_MAX_VERSION["SyncGroup"], timeout_ms=self.rebalance_timeout_ms + 5000,
+                           context=self._ctx("sync"), owner=self))
+
+    def _on_sync(self, req: Request, resp, now_ms: int) -> None:
+        ctx: _Ctx = req.context
+        self._sync_inflight = False
+        if (self.state is not MemberState.SYNCING or ctx.generation != self.generation
+                or ctx.coordinator_epoch != self._coordinator_epoch):
+            return
+        if isinstance(resp, BaseException):
+            if isinstance(resp, (KafkaConnectionError, KafkaTimeoutError)):
+                self.mark_coordinator_unknown(f"SyncGroup failed: {resp}", now_ms)
+            else:  # e.g. an answer we cannot decode: try the rebalance again
+                log.warning("group %s: SyncGroup failed: %s; rejoining", self.group_id, resp)
+                self._to(MemberState.JOINING, "sync failed")
+                self._join_next_ms = now_ms + self.retry_backoff_ms
+            return
+        code = resp.get("error_code", 0)
+        if code == 0:
+            self._complete_sync(resp, now_ms)
+            return
+        if code == E.REBALANCE_IN_PROGRESS:
+            self._to(MemberState.JOINING, "rebalance during sync")
+            self._join_next_ms = now_ms
+            return
+        if code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
+            self._reset_membership(f"SyncGroup: {broker_error(code)}",
+                                   reset_member_id=code == E.UNKNOWN_MEMBER_ID)
+            return
+        if code in _COORDINATOR_GONE:
+            self.mark_coordinator_unknown(f"SyncGroup: {broker_error(code)}", now_ms)
+            return
+        if code in _FATAL_JOIN:
+            self._fatal(broker_error(code))
+            return
+        self._actions.append(ErrorAction(broker_error(code)))
+        self._to(MemberState.JOINING, "sync failed")
+        self._join_next_ms = now_ms + self.retry_backoff_ms
+
+    def _complete_sync(self, resp: dict, now_ms: int) -> None:
+        assignment = decode_member_assignment(resp.get("assignment"))
+        assigned = sorted(set(assignment.partitions))
+        self._to(MemberState.STABLE, f"generation {self.generation}")
+        self._last_hb_ok_ms = now_ms
+        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        self._snapshot = self._current_snapshot()
+        if self.auto_commit:
+            self._next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
+        if self.protocol == EAGER:
+            self.subs.set_assignment(assigned)
+            self._actions.append(AssignPartitions(assigned, incremental=False))
+        else:
+            owned = set(self.subs.assigned())
+            added = [tp for tp in assigned if tp not in owned]
+            revoked = sorted(owned - set(assigned))
+            self.subs.add_assignment(added)
+            self._actions.append(AssignPartitions(added, incremental=True))
+            if revoked:
+                self._start_revocation(revoked, "rejoin", ask=True)
+        if self._member_topics() != self._joined_topics:
+            self.request_rejoin("subscription changed during the rebalance")
+
+    # --- heartbeats ----------------------------------------------------------------------------
+
+    def _maybe_heartbeat(self, now_ms: int, out: list) -> None:
+        if (self._hb_inflight or self.coordinator_id is None or not self._generation_valid()
+                or now_ms < self._hb_next_ms):
+            return
+        body = {"group_id": self.group_id, "generation_id": self.generation,
+                "member_id": self.member_id, "group_instance_id": self.group_instance_id}
+        self._hb_inflight = True
+        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        out.append(Request(COORDINATOR, "Heartbeat", lambda v: body,
+                           max_version=_MAX_VERSION["Heartbeat"], timeout_ms=min(self.request_timeout_ms, self.session_timeout_ms),
+                           context=self._ctx("heartbeat"), owner=self))
+
+    def _on_heartbeat(self, req: Request, resp, now_ms: int) -> None:
+        ctx: _Ctx = req.context
+        if ctx.coordinator_epoch == self._coordinator_epoch:
+            self._hb_inflight = False
+        if ctx.generation != self.generation or ctx.member_id != self.member_id:
+            return  # answers a generation we left
+        if isinstance(resp, BaseException):
+            if ctx.coordinator_epoch == self._coordinator_epoch:
+                self.mark_coordinator_unknown(f"heartbeat failed: {resp}", now_ms)
+            return
+        code = resp.get("error_code", 0)
+        if code == 0:
+            self._last_hb_ok_ms = now_ms
+            return
+        if code == E.REBALANCE_IN_PROGRESS:
+            self._last_hb_ok_ms = now_ms
+            if self.state is MemberState.STABLE:
+                self.request_rejoin("the group is rebalancing")
+            return
+        if code in (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID):
+            if self.state is MemberState.LEAVING:
+                self.generation = NO_GENERATION
+                return
+            self._reset_membership(f"heartbeat: {broker_error(code)}",
+                                   reset_member_id=code == E.UNKNOWN_MEMBER_ID)
+            return
+        if code == E.FENCED_INSTANCE_ID:
+            self._fatal(broker_error(code, f"group.instance.id {self.group_instance_id!r} is used "
+                                           "by another member"))
+            return
+        if code in _COORDINATOR_GONE:
+            self.mark_coordinator_unknown(f"heartbeat: {broker_error(code)}", now_ms)
+            return
+        # COORDINATOR_LOAD_IN_PROGRESS and anything else: try again soon.
+        self._hb_next_ms = now_ms + self.retry_backoff_ms
+
+    # --- leaving -------------------------------------------------------------------------------
+
+    def _begin_leave(self, now_ms: int) -> None:
+        if self.state is not MemberState.LEAVING:
+            self._to(MemberState.LEAVING, "leaving")
+
+    def _maybe_leave(self, now_ms: int, out: list) -> None:
+        if self._leave_inflight:
+            return
+        if any(not c.done for c in self._commits.values()):
+            return  # let commits finish (their deadlines bound this)
+        member_id = self.member_id
+        if self.group_instance_id is None and member_id and self.coordinator_id is not None \
+                and self.subs.is_auto:
+            self._leave_inflight = True
+            out.append(self._leave_request(member_id, None, "the consumer is leaving"))
+            return
+        if member_id and self.coordinator_id is None and self.group_instance_id is None \
+                and self.subs.is_auto:
+            return  # wait for the coordinator to say goodbye (the close timeout bounds this)
+        self._finish_leave()
+
+    def _leave_request(self, member_id: str, instance_id: str | None, reason: str) -> Request:
+        body = {"group_id": self.group_id, "member_id": member_id,
+                "members": [{"member_id": member_id, "group_instance_id": instance_id,
+                             "reason": reason}]}
+        return Request(COORDINATOR, "LeaveGroup", lambda v: body,
+                       max_version=_MAX_VERSION["LeaveGroup"], context=self._ctx("leave"), owner=self)
+
+    def _on_leave(self, req: Request, resp, now_ms: int) -> None:
+        if req.context.extra.get("fire_and_forget"):
+            return
+        self._leave_inflight = False
+        if self.state is MemberState.LEAVING:
+            self._finish_leave()
+
+    def _finish_leave(self) -> None:
+        self.generation = NO_GENERATION
+        self.is_leader = False
+        if self.group_instance_id is None:
+            self.member_id = ""
+        owned = self.subs.assigned() if self.subs.is_auto else []
+        if owned:
+            self.subs.remove_assignment(owned)
+        if self._unsubscribing and not self._leave_then_close:
+            self.subs.unsubscribe()
+        if self._leave_then_close:
+            self._to(MemberState.CLOSED, "closed")
+        else:
+            self._to(MemberState.UNJOINED, "left")
+
+    # --- commits -------------------------------------------------------------------------------
+
+    def _maybe_auto_commit(self, now_ms: int) -> None:
+        if not self.auto_commit or now_ms < self._next_auto_commit_ms:
+            return
+        if self.subs.is_auto and self.state is not MemberState.STABLE:
+            return
+        if self._auto_commit_seq is not None and self._auto_commit_seq in self._commits:
+            return
+        self._next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
+        offsets = self.subs.uncommitted()
+        if offsets:
+            self._auto_commit_seq = self.commit(offsets, now_ms, user=False)
+
+    def _topic_ids_complete(self, topics: Iterable[str]) -> bool:
+        for t in topics:
+            tid = self._topic_ids.get(t)
+            if tid is None or getattr(tid, "int", 1) == 0:
+                return False
+        return True
+
+    def _send_commits(self, now_ms: int, out: list) -> None:
+        if not self._commits:
+            return
+        for c in list(self._commits.values()):
+            if c.inflight:
+                continue
+            if now_ms >= c.deadline_ms:
+                self._finish_commit(c, c.error or KafkaTimeoutError(
+                    "commit not completed within its timeout"))
+                continue
+            # An older commit must not overwrite a newer one of the same partition.
+            stale = [tp for tp in c.offsets if self._latest_commit_seq.get(tp, 0) > c.seq]
+            for tp in stale:
+                del c.offsets[tp]
+            if not c.offsets:
+                self._finish_commit(c, None)
+                continue
+            if self.coordinator_id is None or now_ms < c.next_try_ms:
+                continue
+            if self.subs.is_auto and self.state in (MemberState.JOINING, MemberState.SYNCING):
+                continue  # the generation is being renegotiated; wait for it
+            out.append(self._commit_request(c))
+            c.inflight = True
+
+    def _commit_request(self, c: _Commit) -> Request:
+        by_topic: dict[str, list] = {}
+        for (topic, partition), om in sorted(c.offsets.items()):
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
+                "committed_metadata": om.metadata if om.metadata is not None else "",
+                "commit_timestamp": -1})
+        member = self.subs.is_auto
+        generation = self.generation if member else NO_GENERATION
+        member_id = self.member_id if member else ""
+        topics = [{"name": t, "topic_id": self._topic_ids.get(t), "partitions": ps}
+                  for t, ps in by_topic.items()]
+        body = {"group_id": self.group_id, "generation_id_or_member_epoch": generation,
+                "generation_id": generation, "member_id": member_id,
+                "group_instance_id": self.group_instance_id if member else None,
+                "retention_time_ms": -1, "topics": topics}
+        max_version = None if self._topic_ids_complete(by_topic) else 9
+        return Request(COORDINATOR, "OffsetCommit", lambda v: body, max_version=max_version,
+                       timeout_ms=self.request_timeout_ms,
+                       context=self._ctx("commit", c.seq), owner=self)
+
+    def _finish_commit(self, c: _Commit, err: BaseException | None) -> None:
+        c.done = True
+        c.error = err
+        self._commits.pop(c.seq, None)
+        if err is None:
+            for tp, om in c.offsets.items():
+                self.subs.mark_committed(tp, om.offset)
+        self._actions.append(CommitResult(c.offsets, err, c.token, c.user))
+
+    def _on_commit(self, req: Request, resp, now_ms: int) -> None:
+        ctx: _Ctx = req.context
+        c = self._commits.get(ctx.payload)
+        if c is None:
+            return
+        c.inflight = False
+        if isinstance(resp, BaseException):
+            c.error = resp
+            c.next_try_ms = now_ms + self.retry_backoff_ms
+            if isinstance(resp, (KafkaConnectionError, KafkaTimeoutError)) and \
+                    ctx.coordinator_epoch == self._coordinator_epoch:
+                self.mark_coordinator_unknown(f"OffsetCommit failed: {resp}", now_ms)
+            return
+        id_to_name = {v: k for k, v in self._topic_ids.items()}
+        retry: dict = {}
+        failure: BaseException | None = None
+        for t in resp.get("topics", ()):
+            name = t.get("name") or id_to_name.get(t.get("topic_id"))
+            for p in t.get("partitions", ()):
+                tp = (name, p["partition_index"])
+                code = p.get("error_code", 0)
+                om = c.offsets.get(tp)
+                if om is None:
+                    continue
+                if code == 0:
+                    self.subs.mark_committed(tp, om.offset)
+                    continue
+                if code in _COORDINATOR_GONE:
+                    if ctx.coordinator_epoch == self._coordinator_epoch:
+                        self.mark_coordinator_unknown(f"OffsetCommit: {broker_error(code)}", now_ms)
+                    retry[tp] = om
+                elif code in (E.COORDINATOR_LOAD_IN_PROGRESS, E.REQUEST_TIMED_OUT,
+                              E.UNKNOWN_TOPIC_OR_PARTITION) or (is_retriable(code) and code not in (
+                              E.REBALANCE_IN_PROGRESS,)):
+                    retry[tp] = om
+                elif code == E.REBALANCE_IN_PROGRESS:
+                    failure = CommitFailedError(f"commit failed: {broker_error(code)}")
+                    if self.state is MemberState.STABLE:
+                        self.request_rejoin("commit saw a rebalance")
+                elif code in (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID):
+                    failure = CommitFailedError(
+                        f"commit failed: {broker_error(code)}: the group rebalanced and the "
+                        "partitions may now belong to another member")
+                    if ctx.generation == self.generation and self._generation_valid() and \
+                            self.state not in (MemberState.LEAVING,):
+                        self._reset_membership(f"OffsetCommit: {broker_error(code)}",
+                                               reset_member_id=code == E.UNKNOWN_MEMBER_ID)
+                elif code == E.FENCED_INSTANCE_ID:
+                    failure = broker_error(code)
+                    self._fatal(failure)
+                else:
+                    failure = broker_error(code)
+        if failure is not None:
+            self._finish_commit(c, failure)
+        elif retry:
+            c.offsets = retry
+            c.error = broker_error(E.COORDINATOR_NOT_AVAILABLE)
+            c.next_try_ms = now_ms + self.retry_backoff_ms
+        else:
+            self._finish_commit(c, None)
+
+    # --- committed offsets (OffsetFetch) -------------------------------------------------------
+
+    def _offset_fetch_request(self, tps: list, kind: str, payload: Any) -> Request:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(tps):
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [{"name": t, "topic_id": self._topic_ids.get(t), "partition_indexes": ps}
+                  for t, ps in by_topic.items()]
+        body = {"group_id": self.group_id, "topics": topics, "require_stable": True,
+                "groups": [{"group_id": self.group_id, "member_id": None, "member_epoch": -1,
+                            "topics": topics}]}
+        max_version = None if self._topic_ids_complete(by_topic) else 9
+        return Request(COORDINATOR, "OffsetFetch", lambda v: body, max_version=max_version,
+                       timeout_ms=self.request_timeout_ms,
+                       context=self._ctx(kind, payload), owner=self)
+
+    def _parse_offset_fetch(self, resp: dict) -> tuple[int, dict]:
+        """(group error code, {tp: (offset, leader_epoch, metadata, error_code)})."""
+        if resp.get("groups"):
+            g = next((g for g in resp["groups"] if g.get("group_id") == self.group_id),
+                     resp["groups"][0])
+            topics, code = g.get("topics", ()), g.get("error_code", 0)
+        else:
+            topics, code = resp.get("topics", ()), resp.get("error_code", 0)
+        id_to_name = {v: k for k, v in self._topic_ids.items()}
+        out = {}
+        for t in topics or ():
+            name = t.get("name") or id_to_name.get(t.get("topic_id"))
+            for p in t.get("partitions", ()):
+                epoch = p.get("committed_leader_epoch", -1)
+                out[(name, p["partition_index"])] = (
+                    p.get("committed_offset", -1), None if epoch is None or epoch < 0 else epoch,
+                    p.get("metadata"), p.get("error_code", 0))
+        return code, out
+
+    def _maybe_fetch_initial(self, now_ms: int, out: list) -> None:
+        if (self.group_id is None or self._init_fetch_inflight or self.coordinator_id is None
+                or now_ms < self._init_fetch_next_ms):
+            return
+        if self.subs.is_auto and self.state is not MemberState.STABLE:
+            return
+        tps = self.subs.in_state(FetchState.INITIALIZING)
+        if not tps:
+            return
+        self._init_fetch_inflight = True
+        out.append(self._offset_fetch_request(tps, "init_fetch", tps))
+
+    def _on_init_fetch(self, req: Request, resp, now_ms: int) -> None:
+        self._init_fetch_inflight = False
+        ctx: _Ctx = req.context
+        if isinstance(resp, BaseException):
+            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
+            if ctx.coordinator_epoch == self._coordinator_epoch:
+                self.mark_coordinator_unknown(f"OffsetFetch failed: {resp}", now_ms)
+            return
+        code, parts = self._parse_offset_fetch(resp)
+        if code != 0:
+            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
+            if code in _COORDINATOR_GONE:
+                self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
+            elif code != E.COORDINATOR_LOAD_IN_PROGRESS:
+                self._actions.append(ErrorAction(broker_error(code)))
+            return
+        retry = False
+        for tp in ctx.payload:
+            st = self.subs.get(tp)
+            if st is None or st.state is not FetchState.INITIALIZING:
+                continue
+            got = parts.get(tp)
+            if got is None:
+                retry = True
+                continue
+            offset, epoch, _meta, pcode = got
+            if pcode == E.UNSTABLE_OFFSET_COMMIT or (pcode and is_retriable(pcode)):
+                retry = True
+                continue
+            if pcode:
+                self._actions.append(ErrorAction(broker_error(pcode), partitions=[tp]))
+                retry = True
+                continue
+            if offset is not None and offset >= 0:
+                self.subs.seek_committed(tp, offset, epoch)
+            else:
+                err = self.subs.request_reset(tp)
+                if err is not None:
+                    self._actions.append(ErrorAction(err, partitions=[tp]))
+        if retry:
+            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
+
+    def _send_queries(self, now_ms: int, out: list) -> None:
+        for q in list(self._queries):
+            if q.inflight:
+                continue
+            if now_ms >= q.deadline_ms:
+                self._queries.remove(q)
+                self._actions.append(CommittedResult({}, KafkaTimeoutError(
+                    "committed offsets not fetched within the timeout"), q.token))
+                continue
+            if self.coordinator_id is None or now_ms < q.next_try_ms:
+                continue
+            q.inflight = True
+            out.append(self._offset_fetch_request(q.tps, "query", q))
+
+    def _on_query(self, req: Request, resp, now_ms: int) -> None:
+        q: _CommittedQuery = req.context.payload
+        q.inflight = False
+        if q not in self._queries:
+            return
+        if isinstance(resp, BaseException):
+            q.next_try_ms = now_ms + self.retry_backoff_ms
+            return
+        code, parts = self._parse_offset_fetch(resp)
+        if code != 0:
+            if code in _COORDINATOR_GONE:
+                self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
+            if code in _COORDINATOR_GONE or is_retriable(code):
+                q.next_try_ms = now_ms + self.retry_backoff_ms
+                return
+            self._queries.remove(q)
+            self._actions.append(CommittedResult({}, broker_error(code), q.token))
+            return
+        if any(parts.get(tp, (0, 0, 0, 0))[3] == E.UNSTABLE_OFFSET_COMMIT for tp in q.tps):
+            q.next_try_ms = now_ms + self.retry_backoff_ms
+            return
+        self._queries.remove(q)
+        result = {}
+        for tp in q.tps:
+            offset, epoch, meta, pcode = parts.get(tp, (-1, None, None, 0))
+            result[tp] = (OffsetAndMetadata(offset, epoch, meta), broker_error(pcode) if pcode else None)
+        self._actions.append(CommittedResult(result, None, q.token))
+
+    # --- responses -----------------------------------------------------------------------------
+
+    def on_response(self, request: Request, response, now_ms: int) -> None:
+        kind = request.context.kind
+        handler = {
+            "find": self._on_find, "join": self._on_join, "sync": self._on_sync,
+            "heartbeat": self._on_heartbeat, "leave": self._on_leave, "commit": self._on_commit,
+            "init_fetch": self._on_init_fetch, "query": self._on_query,
+        }[kind]
+        handler(request, response, now_ms)
+
+    def _take_pending_leave(self) -> list[Request]:
+        """A LeaveGroup owed after max.poll.interval.ms expired (sent without waiting)."""
+        pending = self._pending_leave_member
+        if pending is None or self.coordinator_id is None:
+            return []
+        self._pending_leave_member = None
+        member_id, instance_id = pending
+        if instance_id is not None or not member_id:
+            return []
+        req = self._leave_request(member_id, None, "max.poll.interval.ms expired")
+        req.context.extra["fire_and_forget"] = True
+        return [req]

@@ -1,0 +1,511 @@
+"""Fetching as a state machine that does no I/O: at most one Fetch in flight per broker.
+
+    fetcher.poll(now_ms)                     -> [Request]   Fetch requests for idle leaders
+    fetcher.on_response(request, resp, now)  -> [FetchedChunk]  decoded records, per partition
+    fetcher.release(tp, nbytes)              the application took ``nbytes`` of buffered data
+
+Incremental fetch sessions (KIP-227), one :class:`FetchSession` per broker.  The first request
+(epoch 0) lists every partition and the broker answers with a session id; later requests
+(epoch 1, 2, ...) list only partitions whose fetch state changed since the previous request
+(new, or a new fetch offset / leader epoch) and name the partitions to drop
+(``forgotten_topics_data``); the broker answers only for partitions with news.
+FETCH_SESSION_ID_NOT_FOUND / INVALID_FETCH_SESSION_EPOCH (or any failure) start over with a
+full fetch.  A partition left in a session keeps being fetched by the broker, so partitions we
+do not want now (paused, buffer full, moving) are forgotten explicitly.
+
+Topics are named by id from Fetch v13; a request with a topic whose id is unknown is capped at
+v12, and a session never mixes the two (changing over starts a new session).
+
+Prefetch is bounded in bytes (queued.max.messages.kbytes): nothing is fetched while the
+buffered total reaches the budget, a partition whose own buffered bytes reach its fair share is
+left out, and a request asks for at most the bytes still free.
+
+Records: read_committed drops batches of aborted transactions (the response's
+aborted_transactions say which producer's batches from which offset; the abort marker ends
+them) and control batches are never returned.  The position moves to the last offset of the
+last complete batch + 1, so control batches and compaction gaps are stepped over; a trailing
+partial batch (cut by the size limit) is left for the next fetch.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from itertools import chain
+from typing import Any, Callable
+
+from ..errors import KwireError, TruncatedError
+from ..protocol.schema import ZERO_UUID
+from ._codes import E, error as broker_error, is_invalid_metadata
+from .subscription import SubscriptionState
+from .types import ErrorAction, Request
+
+log = logging.getLogger("kwire.consumer.fetcher")
+
+TP = tuple
+INITIAL_EPOCH = 0
+INT32_MAX = 2**31 - 1
+CONSUMER_REPLICA_ID = -1
+_SESSION_ERRORS = {E.FETCH_SESSION_ID_NOT_FOUND, E.INVALID_FETCH_SESSION_EPOCH,
+                   E.FETCH_SESSION_TOPIC_ID_ERROR}
+_METADATA_ERRORS = {E.NOT_LEADER_OR_FOLLOWER, E.REPLICA_NOT_AVAILABLE, E.KAFKA_STORAGE_ERROR,
+                    E.FENCED_LEADER_EPOCH, E.OFFSET_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION,
+                    E.UNKNOWN_TOPIC_ID, E.INCONSISTENT_TOPIC_ID, E.LEADER_NOT_AVAILABLE,
+                    E.UNKNOWN_LEADER_EPOCH}
+ABORT_MARKER = 0
+_chain = chain.from_iterable
+
+
+class FetchedChunk:
+    """One partition's data from one Fetch response: raw until :meth:`Fetcher.decode` fills
+    ``records`` (in offset order)."""
+
+    __slots__ = ("tp", "records", "fence", "nbytes", "next_offset", "high_watermark", "data",
+                 "fetch_offset", "aborted")
+
+    def __init__(self, tp, records, fence, nbytes, next_offset, high_watermark, data=None,
+                 fetch_offset=-1, aborted=None):
+        self.tp = tp
+        self.records = records
+        self.fence = fence
+        self.nbytes = nbytes
+        self.next_offset = next_offset
+        self.high_watermark = high_watermark
+        self.data = data
+        self.fetch_offset = fetch_offset
+        self.aborted = aborted
+
+    def __repr__(self) -> str:
+        return (f"FetchedChunk({self.tp}, {len(self.records)} records, next={self.next_offset}, "
+                f"fence={self.fence})")
+
+
+class FetchSession:
+    """The client half of one broker's incremental fetch session (KIP-227)."""
+
+    def __init__(self, node_id: int):
+        self.node_id = node_id
+        self.session_id = 0
+        self.epoch = INITIAL_EPOCH
+        self.partitions: dict[TP, tuple] = {}  # what the broker's session holds for us
+        self.topic_ids: bool | None = None     # does the session name topics by id?
+        self._pending: dict[TP, tuple] | None = None
+
+    def build(self, wanted: dict[TP, tuple], *, topic_ids: bool, sessions: bool
+              ) -> tuple[dict[TP, tuple], list[TP], int, int]:
+        """(partitions to send, partitions to forget, session id, epoch) for a request that
+        should leave the session holding exactly ``wanted``."""
+        if not sessions:
+            self.session_id, self.epoch, self.partitions = 0, INITIAL_EPOCH, {}
+            self._pending = None
+            return dict(wanted), [], 0, -1  # sessionless full fetch
+        if self.topic_ids is not None and self.topic_ids != topic_ids:
+            self.epoch, self.partitions = INITIAL_EPOCH, {}  # close it; start over
+        self.topic_ids = topic_ids
+        self._pending = dict(wanted)
+        if self.epoch == INITIAL_EPOCH:
+            return dict(wanted), [], self.session_id, INITIAL_EPOCH
+        send = {tp: d for tp, d in wanted.items() if self.partitions.get(tp) != d}
+        forget = [tp for tp in self.partitions if tp not in wanted]
+        return send, forget, self.session_id, self.epoch
+
+    def on_response(self, error_code: int, session_id: int) -> bool:
+        """Advance after a response; False if the session broke (the next fetch is full)."""
+        pending, self._pending = self._pending, None
+        if error_code != 0:
+            self.reset(keep_id=error_code not in _SESSION_ERRORS)
+            return False
+        if pending is None:
+            return True  # sessionless
+        if self.epoch == INITIAL_EPOCH:
+            if session_id == 0:
+                # The broker did not open a session: every fetch is a full one.
+                self.session_id, self.partitions = 0, {}
+                return True
+            self.session_id = session_id
+            self.epoch = 1
+        else:
+            self.epoch = 1 if self.epoch >= INT32_MAX else self.epoch + 1
+        self.partitions = pending
+        return True
+
+    def reset(self, keep_id: bool = True) -> None:
+        """Start over with a full fetch (epoch 0 with our id asks the broker to replace the old
+        session; without an id it opens a fresh one)."""
+        if not keep_id:
+            self.session_id = 0
+        self.epoch = INITIAL_EPOCH
+        self.partitions = {}
+        self._pending = None
+
+
+def _record_layer():
+    from .. import records  # the record layer; records are decoded in the driver thread
+    return records.iter_batches, records.iter_records
+
+
+_ENTRY_HEAD = struct.Struct(">qi")  # base offset (or offset), size of what follows
+_I32 = struct.Struct(">i")
+
+
+def scan_record_set(data) -> tuple[int | None, int | None]:
+    """(last offset, leader epoch) of the last *complete* entry in a record set, reading only
+    entry headers.  Layout (see kwire.records)::
+
+        every entry:  offset int64 | size int32 | ... byte 16: magic
+        magic 2:      ... partitionLeaderEpoch int32 @12 ... lastOffsetDelta int32 @23
+        magic 0/1:    the entry's offset is its last (a compressed wrapper carries the last
+                      inner offset)
+
+    A truncated trailing entry is ignored; anything malformed stops the scan (decoding reports
+    it).  This lets the next Fetch go out before the records are decoded.
+    """
+    pos, end = 0, len(data)
+    last = epoch = None
+    unpack_head, unpack_i32 = _ENTRY_HEAD.unpack_from, _I32.unpack_from
+    while end - pos >= 12:
+        offset, size = unpack_head(data, pos)
+        if size < 14 or size > end - pos - 12:
+            break
+        if data[pos + 16] == 2:
+            if size < 49:
+                break
+            epoch = unpack_i32(data, pos + 12)[0]
+            last = offset + unpack_i32(data, pos + 23)[0]
+        else:
+            last, epoch = offset, None
+        pos += 12 + size
+    return last, epoch
+
+
+def decode_records(iter_batches: Callable, iter_records: Callable | None, data, fetch_offset: int, *,
+                   topic: str, partition: int, aborted: list | None, read_committed: bool,
+                   check_crc: bool) -> list:
+    """The user records at or after ``fetch_offset`` (aborted transactions dropped under
+    read_committed).  Without aborted transactions the flat record iterator does it all."""
+    if iter_records is not None and not (read_committed and aborted):
+        records = list(iter_records(data, check_crc, topic, partition))
+        if records and records[0].offset < fetch_offset:
+            records = [r for r in records if r.offset >= fetch_offset]
+        return records
+    return decode_partition(iter_batches, data, fetch_offset, topic=topic, partition=partition,
+                            aborted=aborted, read_committed=read_committed, check_crc=check_crc)[0]
+
+
+def _control_type(batch) -> int | None:
+    try:
+        rec = batch.records[0]
+        key = rec.key
+        if key is not None and len(key) >= 4:
+            return int.from_bytes(bytes(key[2:4]), "big", signed=True)
+    except (IndexError, AttributeError, TypeError):
+        pass
+    return None
+
+
+def decode_partition(iter_batches: Callable, data, fetch_offset: int, *, topic: str, partition: int,
+                     aborted: list | None, read_committed: bool, check_crc: bool
+                     ) -> tuple[list, int, int | None]:
+    """(records at or after ``fetch_offset``, next fetch offset, leader epoch of the last
+    batch) from one partition's record set."""
+    next_offset = fetch_offset
+    last_epoch = None
+    records: list = []
+    if not data:
+        return records, next_offset, last_epoch
+    aborted_txns = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if (
+        read_committed and aborted) else []
+    ai = 0
+    aborted_pids: set = set()
+    parts: list = []
+    try:
+        for batch in iter_batches(data, check_crc=check_crc, topic=topic, partition=partition):
+            last = batch.last_offset
+            if last < next_offset:
+                continue  # wholly before the position (the broker returns whole batches)
+            while ai < len(aborted_txns) and aborted_txns[ai][0] <= last:
+                aborted_pids.add(aborted_txns[ai][1])
+                ai += 1
+            epoch = getattr(batch, "partition_leader_epoch", None)
+            if epoch is None:
+                epoch = getattr(batch, "leader_epoch", None)
+            if batch.is_control:
+                if aborted_pids and batch.producer_id in aborted_pids and \
+                        _control_type(batch) in (ABORT_MARKER, None):
+                    aborted_pids.discard(batch.producer_id)
+            elif not (read_committed and batch.is_transactional and batch.producer_id in aborted_pids):
+                recs = batch.records
+                if batch.base_offset < next_offset:
+                    recs = [r for r in recs if r.offset >= next_offset]
+                if recs:
+                    parts.append(recs)
+            next_offset = last + 1
+            if epoch is not None and epoch >= 0:
+                last_epoch = epoch
+    except TruncatedError:
+        pass  # a partial trailing batch: fetched again next time, from next_offset
+    if len(parts) == 1:
+        records = parts[0] if isinstance(parts[0], list) else list(parts[0])
+    elif parts:
+        records = list(_chain(parts))
+    return records, next_offset, last_epoch
+
+
+class Fetcher:
+    def __init__(self, subscriptions: SubscriptionState, metadata, *, fetch_min_bytes: int = 1,
+                 fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52428800,
+                 max_partition_fetch_bytes: int = 1048576, buffer_budget_bytes: int = 64 << 20,
+                 read_committed: bool = True, check_crcs: bool = False, client_rack: str | None = None,
+                 retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
+                 iter_batches: Callable | None = None, iter_records: Callable | None = None,
+                 scan: Callable = scan_record_set):
+        self.subs = subscriptions
+        self.metadata = metadata
+        self.fetch_min_bytes = fetch_min_bytes
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.buffer_budget_bytes = buffer_budget_bytes
+        self.read_committed = read_committed
+        self.check_crcs = check_crcs
+        self.client_rack = client_rack or ""
+        self.retry_backoff_ms = retry_backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        if iter_batches is None:
+            iter_batches, default_records = _record_layer()
+            iter_records = iter_records or default_records
+        self._iter_batches = iter_batches
+        self._iter_records = iter_records
+        self._scan = scan
+        self.sessions: dict[int, FetchSession] = {}
+        self.inflight: dict[int, Request] = {}
+        self.buffered: dict[TP, int] = {}
+        self.buffered_total = 0
+        self._backoff_until: dict[TP, int] = {}
+        self._node_backoff_until: dict[int, int] = {}
+        self._decode_failed: set = set()
+        self._actions: list = []
+        self.starved = False  # True while the buffer budget keeps us from fetching
+
+    def drain_actions(self) -> list:
+        out, self._actions = self._actions, []
+        return out
+
+    def release(self, tp: TP, nbytes: int) -> None:
+        """The application consumed (or dropped) ``nbytes`` buffered for ``tp``."""
+        left = self.buffered.get(tp, 0) - nbytes
+        if left > 0:
+            self.buffered[tp] = left
+        else:
+            self.buffered.pop(tp, None)
+        self.buffered_total = max(0, self.buffered_total - nbytes)
+
+    def release_all(self) -> None:
+        self.buffered.clear()
+        self.buffered_total = 0
+
+    # --- poll ----------------------------------------------------------------------------------
+
+    def _partition_data(self, tp: TP) -> tuple:
+        st = self.subs.state(tp)
+        pos = st.position
+        p = self.metadata.partition(tp[0], tp[1])
+        leader_epoch = p.leader_epoch if p is not None and p.leader_epoch is not None else -1
+        last_epoch = pos.offset_epoch if pos.offset_epoch is not None else -1
+        return (pos.offset, leader_epoch, last_epoch, self.max_partition_fetch_bytes)
+
+    def poll(self, now_ms: int) -> list[Request]:
+        out: list[Request] = []
+        for backoffs in (self._backoff_until, self._node_backoff_until):
+            for key in [k for k, t in backoffs.items() if t <= now_ms]:
+                del backoffs[key]
+        fetchable = self.subs.fetchable()
+        if not fetchable:
+            self.starved = False
+            return out
+        if self._decode_failed:  # corrupt data: try again, but not in a hot loop
+            for tp in self._decode_failed:
+                self._backoff_until[tp] = now_ms + self.retry_backoff_ms
+            self._decode_failed.clear()
+        if self.buffered_total >= self.buffer_budget_bytes:
+            self.starved = True
+            return out
+        share = max(self.buffer_budget_bytes // max(1, len(fetchable)), self.max_partition_fetch_bytes)
+        by_node: dict[int, dict[TP, tuple]] = {}
+        any_skipped = False
+        for tp in fetchable:
+            if self.buffered.get(tp, 0) >= share:
+                any_skipped = True
+                continue
+            if tp in self._backoff_until:
+                continue
+            node = self.metadata.leader_for(tp[0], tp[1])
+            if node is None:
+                self.metadata.request_update()
+                continue
+            by_node.setdefault(node, {})[tp] = self._partition_data(tp)
+        self.starved = any_skipped
+        free = self.buffer_budget_bytes - self.buffered_total
+        for node, wanted in by_node.items():
+            if node in self.inflight or now_ms < self._node_backoff_until.get(node, 0):
+                continue
+            out.append(self._request(node, wanted, min(self.fetch_max_bytes, max(free, 1))))
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """The end of the earliest backoff (poll() drops expired ones, so this is ahead)."""
+        ds = list(self._backoff_until.values()) + list(self._node_backoff_until.values())
+        return min(ds) if ds else None
+
+    def _request(self, node: int, wanted: dict[TP, tuple], max_bytes: int) -> Request:
+        session = self.sessions.get(node)
+        if session is None:
+            session = self.sessions[node] = FetchSession(node)
+        ids = {t: self.metadata.topic_id(t) for t in {tp[0] for tp in wanted}}
+        all_ids = all(v is not None and v != ZERO_UUID for v in ids.values())
+        fetched_offsets = {tp: d[0] for tp, d in wanted.items()}
+        context: dict[str, Any] = {"node": node, "offsets": fetched_offsets, "id_to_name": {},
+                                   "sent": False}
+
+        def build(version: int) -> dict:
+            use_ids = version >= 13
+            send, forget, session_id, epoch = session.build(
+                wanted, topic_ids=use_ids, sessions=version >= 7)
+            context["sent"] = True
+            context["id_to_name"] = {v: k for k, v in ids.items() if v is not None}
+            topics: dict[str, list] = {}
+            for (topic, partition), (offset, leader_epoch, last_epoch, pmax) in sorted(send.items()):
+                topics.setdefault(topic, []).append({
+                    "partition": partition, "current_leader_epoch": leader_epoch,
+                    "fetch_offset": offset, "last_fetched_epoch": last_epoch,
+                    "log_start_offset": -1, "partition_max_bytes": pmax})
+            forgotten: dict[str, list] = {}
+            for topic, partition in sorted(forget):
+                forgotten.setdefault(topic, []).append(partition)
+            return {
+                "replica_id": CONSUMER_REPLICA_ID, "max_wait_ms": self.fetch_max_wait_ms,
+                "min_bytes": self.fetch_min_bytes, "max_bytes": max_bytes,
+                "isolation_level": 1 if self.read_committed else 0,
+                "session_id": session_id, "session_epoch": epoch,
+                "topics": [{"topic": t, "topic_id": ids.get(t) or ZERO_UUID, "partitions": ps}
+                           for t, ps in topics.items()],
+                "forgotten_topics_data": [{"topic": t, "topic_id": ids.get(t) or ZERO_UUID,
+                                           "partitions": ps} for t, ps in forgotten.items()],
+                "rack_id": self.client_rack,
+            }
+
+        req = Request(node, "Fetch", build, max_version=None if all_ids else 12,
+                      timeout_ms=self.request_timeout_ms + self.fetch_max_wait_ms,
+                      context=context, owner=self)
+        self.inflight[node] = req
+        return req
+
+    def decode(self, chunk: FetchedChunk) -> FetchedChunk | None:
+        """Decode a chunk from :meth:`on_response` (after the next Fetch went out, so the broker
+        works while we decode).  None when nothing is left for the application (its bytes are
+        released then); a corrupt record set rewinds the position and reports the error."""
+        data, chunk.data = chunk.data, None
+        try:
+            records = decode_records(
+                self._iter_batches, self._iter_records, data, chunk.fetch_offset,
+                topic=chunk.tp[0], partition=chunk.tp[1], aborted=chunk.aborted,
+                read_committed=self.read_committed, check_crc=self.check_crcs)
+        except KwireError as exc:
+            self.release(chunk.tp, chunk.nbytes)
+            st = self.subs.get(chunk.tp)
+            if st is not None and st.fence == chunk.fence and st.position is not None \
+                    and st.position.offset == chunk.next_offset:
+                self.subs.seek(chunk.tp, chunk.fetch_offset)  # fetch it again from there
+            self._actions.append(ErrorAction(exc, partitions=[chunk.tp]))
+            self._decode_failed.add(chunk.tp)
+            return None
+        if not records:
+            self.release(chunk.tp, chunk.nbytes)
+            return None
+        chunk.records = records
+        return chunk
+
+    # --- responses -----------------------------------------------------------------------------
+
+    def on_response(self, request: Request, resp, now_ms: int) -> list[FetchedChunk]:
+        ctx = request.context
+        node = ctx["node"]
+        if self.inflight.get(node) is request:
+            del self.inflight[node]
+        session = self.sessions.get(node)
+        if isinstance(resp, BaseException):
+            log.debug("fetch from node %s failed: %s", node, resp)
+            if session is not None:
+                session.reset()
+            self._node_backoff_until[node] = now_ms + self.retry_backoff_ms
+            self.metadata.request_update()
+            return []
+        self._node_backoff_until.pop(node, None)
+        top_code = resp.get("error_code", 0)
+        if session is not None:
+            session.on_response(top_code, resp.get("session_id", 0))
+        if top_code != 0:
+            if top_code not in _SESSION_ERRORS:
+                self._actions.append(ErrorAction(broker_error(top_code)))
+                self._node_backoff_until[node] = now_ms + self.retry_backoff_ms
+            return []
+        id_to_name = ctx["id_to_name"]
+        offsets = ctx["offsets"]
+        chunks: list[FetchedChunk] = []
+        for t in resp.get("responses", ()):
+            topic = t.get("topic")
+            if not topic:
+                topic = id_to_name.get(t.get("topic_id")) or self.metadata.topic_name(t.get("topic_id"))
+            if topic is None:
+                continue
+            for p in t.get("partitions", ()):
+                tp = (topic, p["partition_index"])
+                chunk = self._partition(tp, offsets.get(tp), p, now_ms)
+                if chunk is not None:
+                    chunks.append(chunk)
+        return chunks
+
+    def _partition(self, tp: TP, fetched_offset: int | None, p: dict, now_ms: int
+                   ) -> FetchedChunk | None:
+        st = self.subs.get(tp)
+        if st is None or not st.fetchable or fetched_offset is None \
+                or st.position.offset != fetched_offset:
+            return None  # stale: the partition moved, paused or left while we fetched
+        code = p.get("error_code", 0)
+        if code == 0:
+            self.subs.update_watermarks(tp, p.get("high_watermark"), p.get("last_stable_offset"),
+                                        p.get("log_start_offset"))
+            div = p.get("diverging_epoch")
+            if div is not None and div.get("epoch", -1) >= 0:
+                # KIP-320 via Fetch v12+: the leader says the epoch of our last record
+                # diverged; OffsetForLeaderEpoch finds out where (PositionManager).
+                log.info("%s: leader reports diverging epoch %s", tp, div)
+                self.subs.request_validation(tp)
+                return None
+            data = p.get("records")
+            if not data:
+                return None
+            last, last_epoch = self._scan(data)
+            if last is None or last < fetched_offset:
+                return None  # no complete batch (yet), or only batches before the position
+            next_offset = last + 1
+            self.subs.advance(tp, next_offset, last_epoch)
+            nbytes = len(data)
+            self.buffered[tp] = self.buffered.get(tp, 0) + nbytes
+            self.buffered_total += nbytes
+            return FetchedChunk(tp, None, st.fence, nbytes, next_offset, st.high_watermark,
+                                data, fetched_offset, p.get("aborted_transactions"))
+        if code == E.OFFSET_OUT_OF_RANGE:
+            log.info("%s: offset %d out of range; resetting (%s)", tp, fetched_offset,
+                     self.subs.default_reset.value)
+            err = self.subs.request_reset(tp)
+            if err is not None:
+                self._actions.append(ErrorAction(broker_error(code, f"{tp[0]} [{tp[1]}] offset "
+                                                              f"{fetched_offset}"), partitions=[tp]))
+            return None
+        if code in _METADATA_ERRORS or is_invalid_metadata(code):
+            self.metadata.request_update()
+            self._backoff_until[tp] = now_ms + self.retry_backoff_ms
+            return None
+        self._actions.append(ErrorAction(broker_error(code, f"{tp[0]} [{tp[1]}]"), partitions=[tp]))
+        self._backoff_until[tp] = now_ms + self.retry_backoff_ms
+        return None

@@ -1,0 +1,177 @@
+"""Values shared by the consumer's state machines and its public API.
+
+* :class:`TopicPartition` -- the public (confluent-kafka shaped) partition handle.  Inside the
+  state machines a partition is the plain tuple ``(topic, partition)`` ("tp"): cheaper to hash,
+  and immutable.
+* :class:`Request` -- what a state machine asks its driver to send: which node, which API, and
+  a body builder that receives the version the driver negotiated.  State machines never touch
+  a socket; the driver sends, and hands the response (or the exception) back to the machine
+  that asked.
+* Actions -- what a state machine asks the *application* to do or to learn (rebalance
+  callbacks, commit results, errors).  The driver delivers them in order with the records.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+# Special offsets, as confluent-kafka spells them.
+OFFSET_BEGINNING = -2
+OFFSET_END = -1
+OFFSET_STORED = -1000
+OFFSET_INVALID = -1001
+
+# ListOffsets timestamps with special meaning.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+NO_LEADER_EPOCH = -1
+
+TP = tuple  # (topic: str, partition: int) -- the internal partition key
+
+
+class TopicPartition:
+    """A topic partition, optionally with an offset, commit metadata and leader epoch.
+
+    Compares and hashes by ``(topic, partition)`` only, as confluent-kafka's does, so it can key
+    dicts whatever its offset.
+    """
+
+    __slots__ = ("topic", "partition", "offset", "metadata", "leader_epoch", "error")
+
+    def __init__(self, topic: str, partition: int = -1, offset: int = OFFSET_INVALID,
+                 metadata: str | None = None, leader_epoch: int | None = None, error=None):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.metadata = metadata
+        self.leader_epoch = leader_epoch
+        self.error = error
+
+    @property
+    def tp(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.partition))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, TopicPartition):
+            return NotImplemented
+        return self.topic == other.topic and self.partition == other.partition
+
+    def __lt__(self, other: "TopicPartition") -> bool:
+        return (self.topic, self.partition) < (other.topic, other.partition)
+
+    def __repr__(self) -> str:
+        extra = ""
+        if self.leader_epoch is not None:
+            extra += f", leader_epoch={self.leader_epoch}"
+        if self.metadata is not None:
+            extra += f", metadata={self.metadata!r}"
+        if self.error is not None:
+            extra += f", error={self.error!r}"
+        return f"TopicPartition{{topic={self.topic},partition={self.partition},offset={self.offset}{extra}}}"
+
+    __str__ = __repr__
+
+
+class OffsetAndMetadata(NamedTuple):
+    """An offset to commit (or committed): the next offset to read, its record's leader epoch
+    (``None`` when unknown) and the commit's metadata string."""
+
+    offset: int
+    leader_epoch: int | None = None
+    metadata: str | None = ""
+
+
+# --- requests --------------------------------------------------------------------------------
+
+COORDINATOR = "coordinator"  # Request.node: the group coordinator, whichever broker it is
+
+
+class Request:
+    """One request a state machine wants sent.
+
+    ``node``: a broker id, :data:`COORDINATOR`, or ``None`` for any broker.  ``build(version)``
+    returns the body for the version the driver negotiated (bodies may be supersets: the encoder
+    ignores keys a version lacks).  ``max_version`` caps the negotiation when the body cannot be
+    expressed in newer versions (e.g. Fetch v13+ needs topic ids).  ``version`` is recorded when
+    the body is built, so the response handler knows which layout it got.
+    """
+
+    def __init__(self, node: int | str | None, api: str, build: Callable[[int], dict], *,
+                 max_version: int | None = None, min_version: int | None = None,
+                 timeout_ms: int | None = None, context: Any = None, owner: Any = None):
+        self.node = node
+        self.api = api
+        self._build = build
+        self.max_version = max_version
+        self.min_version = min_version
+        self.timeout_ms = timeout_ms
+        self.context = context
+        self.owner = owner
+        self.version: int | None = None
+
+    def body(self, version: int) -> dict:
+        """The body at ``version`` (the driver passes this method as the body callable)."""
+        self.version = version
+        return self._build(version)
+
+    def __repr__(self) -> str:
+        return f"Request({self.api} -> {self.node!r}, v={self.version})"
+
+
+# --- actions (state machine -> application) -------------------------------------------------
+
+@dataclass
+class Action:
+    pass
+
+
+@dataclass
+class AssignPartitions(Action):
+    """Partitions added to this member's assignment: call on_assign."""
+    partitions: list
+    incremental: bool = False
+
+
+@dataclass
+class RevokePartitions(Action):
+    """Partitions leaving this member's assignment: call on_revoke, then ack (the coordinator
+    waits for the ack before committing and rejoining)."""
+    partitions: list
+    incremental: bool = False
+    ack_id: int = 0
+
+
+@dataclass
+class LosePartitions(Action):
+    """Partitions this member no longer owns (membership lost): call on_lost (or on_revoke)."""
+    partitions: list
+    incremental: bool = False
+
+
+@dataclass
+class CommitResult(Action):
+    """Outcome of one commit: ``error`` is None on success."""
+    offsets: dict
+    error: BaseException | None
+    token: Any = None
+    user: bool = True  # False for auto-commits (still reported to on_commit)
+
+
+@dataclass
+class CommittedResult(Action):
+    """Outcome of a committed() query."""
+    offsets: dict
+    error: BaseException | None
+    token: Any = None
+
+
+@dataclass
+class ErrorAction(Action):
+    """An error the application should see (raised from poll/consume or passed to error_cb)."""
+    error: BaseException
+    fatal: bool = False
+    partitions: list = field(default_factory=list)
