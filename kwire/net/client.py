@@ -93,6 +93,12 @@ FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.
 _READ_CHUNK_BYTES = 256 * 1024
 _MAX_READS_PER_EVENT = 64  # then let other connections have a turn
 _IOV_MAX = 512
+# Requests that only read: sending one again after a lost connection cannot change anything.
+RETRY_SAFE_APIS = frozenset({
+    "ApiVersions", "Metadata", "ListOffsets", "Fetch", "OffsetFetch", "FindCoordinator",
+    "DescribeGroups", "ListGroups", "OffsetForLeaderEpoch", "GetTelemetrySubscriptions",
+})
+
 _SECRET_KEYS = frozenset({"auth_bytes", "password", "sasl_password"})  # never traced nor logged
 
 
@@ -234,11 +240,23 @@ class NetworkClient:
                 timeout_ms: int | None = None, *, version: int | None = None) -> dict:
         """Send one request and wait for its response (raising its error).
 
+        A read-only request (see :data:`RETRY_SAFE_APIS`) that was written to a connection which
+        then turned out dead -- the broker closed it while idle and we learn so only now -- is
+        sent once more on a fresh connection, within its timeout: asking twice cannot change
+        anything.  A connection that cannot be set up fails the request at once, and other
+        requests fail with their :class:`KafkaConnectionError`; the caller decides.
+
         Other requests that complete meanwhile stay for the next :meth:`poll`.
         """
-        f = self.send(node_id, api, body, version=version, timeout_ms=timeout_ms)
-        self.wait(f)
-        return f.result()
+        deadline_ms = now_ms() + (self.request_timeout_ms if timeout_ms is None else int(timeout_ms))
+        retries = 1 if _api.api(api).name in RETRY_SAFE_APIS else 0
+        while True:
+            f = self.send(node_id, api, body, version=version, timeout_ms=max(1, deadline_ms - now_ms()))
+            self.wait(f)
+            stale = isinstance(f.error, KafkaConnectionError) and f.sent_ms is not None
+            if not (stale and retries) or now_ms() >= deadline_ms:
+                return f.result()
+            retries -= 1  # the new send queues behind the reconnect backoff
 
     def wait(self, f: InFlight) -> InFlight:
         """Drive I/O until ``f`` is done (its own deadline bounds the wait)."""
@@ -289,7 +307,7 @@ class NetworkClient:
                 if target is None:
                     raise KafkaConnectionError(f"unknown broker node {node_id}")
                 if target.state is ConnState.DISCONNECTED:
-                    if target.last_failure_ms is not None and target.last_failure_ms >= start:
+                    if target.last_failure_ms is not None and target.last_failure_ms > start:
                         if isinstance(target.last_error, AuthenticationError):
                             raise target.last_error
                         raise KafkaConnectionError(f"cannot connect to node {node_id} ({target.address}): "
@@ -300,7 +318,7 @@ class NetworkClient:
                 self._connect(target, now)
             elif target is None:
                 cands = self._candidates()
-                if all(c.last_failure_ms is not None and c.last_failure_ms >= start for c in cands):
+                if all(c.last_failure_ms is not None and c.last_failure_ms > start for c in cands):
                     auth = _auth_error(cands)
                     if auth is not None:
                         raise auth
@@ -630,7 +648,9 @@ class NetworkClient:
             # were queued fail now; the others wait (their deadline still applies).
             cands = self._candidates()
             for f in list(self._pending_any):
-                if all(c.last_failure_ms is not None and c.last_failure_ms >= f.created_ms for c in cands):
+                # Strictly after: a failure in the very millisecond the request was made may
+                # belong to an older connection (one the caller just saw die).
+                if all(c.last_failure_ms is not None and c.last_failure_ms > f.created_ms for c in cands):
                     self._pending_any.remove(f)
                     self._fail(f, _auth_error(cands) or KafkaConnectionError(
                         "no broker reachable: " + "; ".join(f"{c.address}: {c.last_error}" for c in cands)))
