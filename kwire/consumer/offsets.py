@@ -356,7 +356,12 @@ class PositionManager:
             if code == 0:
                 offset = p.get("offset", -1)
                 epoch = p.get("leader_epoch", -1)
-                q.results[tp] = (offset, p.get("timestamp", -1), epoch if epoch >= 0 else None)
+                found_ts = p.get("timestamp", -1)
+                if q.timestamps[tp] >= 0 and found_ts < 0:
+                    # A search by time that found no record: Kafka answers offset -1; some
+                    # brokers (Tansu 0.6) answer offset 0 with timestamp -1.  Both mean none.
+                    offset = -1
+                q.results[tp] = (offset, found_ts, epoch if epoch >= 0 else None)
                 del q.timestamps[tp]
             elif is_retriable(code) or is_invalid_metadata(code):
                 self.metadata.request_update()

@@ -541,13 +541,17 @@ class FakeCluster:
                                   "offset": -1, "timestamp": -1, "leader_epoch": -1})
                     continue
                 ts = p["timestamp"]
+                found_ts = -1
                 if ts == -2:
                     off = self.log_start[tp]
                 elif ts == -1:
                     off = self.end_offset(tp)
                 else:
-                    off = next((r.offset for b in self.logs[tp] for r in b.records if r.timestamp >= ts), -1)
-                parts.append({"partition_index": tp[1], "error_code": 0, "offset": off, "timestamp": ts,
+                    hit = next((r for b in self.logs[tp] for r in b.records if r.timestamp >= ts), None)
+                    off, found_ts = (hit.offset, hit.timestamp) if hit is not None else (-1, -1)
+                    if hit is None and getattr(self, "no_match_answers_zero", False):
+                        off = 0  # Tansu 0.6's answer when no record is that recent
+                parts.append({"partition_index": tp[1], "error_code": 0, "offset": off, "timestamp": found_ts,
                               "leader_epoch": self.leader_epochs[tp]})
             out.append({"name": t["name"], "partitions": parts})
         return {"topics": out}

@@ -440,6 +440,21 @@ def test_list_offsets_query(cluster):
     assert res.errors == {}
 
 
+@pytest.mark.parametrize("zero_quirk", [False, True])
+def test_list_offsets_query_without_a_match_is_minus_one(cluster, zero_quirk):
+    # Kafka answers offset -1 / timestamp -1; Tansu 0.6 answers offset 0 / timestamp -1.
+    fill(cluster, ("t", 1), 4)
+    for b in cluster.logs[("t", 1)]:
+        for r in b.records:
+            r.timestamp = 1000 + r.offset * 10
+    cluster.no_match_answers_zero = zero_quirk
+    s = Setup(cluster)
+    s.positions.list_offsets({("t", 1): 999_999}, s.driver.clock.now_ms, token="q")
+    s.run_until(lambda: s.positions._queries == [])
+    res = [a for a in s.positions.drain_actions() if isinstance(a, ListOffsetsResult)][0]
+    assert res.offsets[("t", 1)][0] == -1
+
+
 def test_list_offsets_query_times_out_without_leader(cluster):
     s = Setup(cluster)
     s.positions.list_offsets({("nope", 0): -1}, s.driver.clock.now_ms, token=1, timeout_ms=300)
