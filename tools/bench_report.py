@@ -36,17 +36,24 @@ REFERENCE = "kwire-consumer"
 
 # --- loading ----------------------------------------------------------------------------------
 
+def _read(path: Path) -> dict | None:
+    """A results file, or None (with a warning) if it is missing, empty or not JSON, e.g.
+    still being written by a run."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"bench_report: skipping {path}: {exc}", file=sys.stderr)
+        return None
+
+
 def load(results: Path) -> dict:
-    out = {"e2e": {}, "scaling": None, "micro": None}
+    out = {"e2e": {}, "scaling": _read(results / "scaling.json"), "micro": _read(results / "micro.json")}
     for path in sorted(results.glob("e2e-*.json")):
-        doc = json.loads(path.read_text())
-        out["e2e"][doc.get("target", {}).get("name") or path.stem[4:]] = doc
-    path = results / "scaling.json"
-    if path.exists():
-        out["scaling"] = json.loads(path.read_text())
-    path = results / "micro.json"
-    if path.exists():
-        out["micro"] = json.loads(path.read_text())
+        doc = _read(path)
+        if doc is not None:
+            out["e2e"][doc.get("target", {}).get("name") or path.stem[4:]] = doc
     return out
 
 
@@ -120,12 +127,12 @@ def e2e_table(doc: dict, from_assignment: bool = False) -> list[str]:
     ref_cpu = _m(ref, "cpu_s_per_million") if ref else None
     lines = ["| client | records/s | MB/s | CPU s per M records | broker CPU s per M | peak RSS MiB | "
              "group join s | kwire Consumer records/s ÷ this | this CPU/record ÷ kwire Consumer |"
-             + (" records/s from assignment |" if from_assignment else ""),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if from_assignment else "")]
+             + (" records/s from assignment | runs: records/s min–max |" if from_assignment else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if from_assignment else "")]
     for r in runs:
         if not r.get("ok"):
             err = (r.get("error") or "failed").split(" [")[0].replace("|", "/")[:140]
-            lines.append(f"| {r['client']} | failed: {err} | | | | | | | |" + (" |" if from_assignment else ""))
+            lines.append(f"| {r['client']} | failed: {err} | | | | | | | |" + (" | |" if from_assignment else ""))
             continue
         m = r["metrics"]
         lines.append("| " + " | ".join([
@@ -134,8 +141,18 @@ def e2e_table(doc: dict, from_assignment: bool = False) -> list[str]:
             fmt(m.get("maxrss_mib"), 1), fmt(m.get("join_s")),
             "–" if r["client"] == REFERENCE else ratio(ref_rate, m.get("records_per_s")),
             "–" if r["client"] == REFERENCE else ratio(m.get("cpu_s_per_million"), ref_cpu),
-        ] + ([fmt_int(m.get("records_per_s_from_assignment"))] if from_assignment else [])) + " |")
+        ] + ([fmt_int(m.get("records_per_s_from_assignment")), spread(r)] if from_assignment else [])) + " |")
     return lines
+
+
+def spread(run: dict) -> str:
+    reps = run.get("repeats") or []
+    rates = [x["records_per_s"] for x in reps if x.get("ok") and x.get("records_per_s")]
+    if len(rates) < 2:
+        return "1 run"
+    failed = sum(1 for x in reps if not x.get("ok"))
+    s = f"{len(rates)}: {human(min(rates))}–{human(max(rates))}"
+    return s + (f" ({failed} failed)" if failed else "")
 
 
 def dataset_line(doc: dict) -> str:
@@ -167,7 +184,7 @@ def scaling_table(doc: dict, axis: str) -> list[str]:
     values = sorted({r["dataset"][axis] for r in rows}, key=lambda v: _axis_key(axis, v))
     clients = sorted({r["client"] for r in rows}, key=_client_key)
     head = {"partitions": "partitions", "value_bytes": "value bytes", "compression": "compression"}[axis]
-    lines = [f"| client | metric | " + " | ".join(f"{head} {v}" for v in values) + " |",
+    lines = ["| client | metric | " + " | ".join(f"{head} {v}" for v in values) + " |",
              "|---|---|" + "---:|" * len(values)]
     for c in clients:
         by = {r["dataset"][axis]: r for r in rows if r["client"] == c}
@@ -201,7 +218,7 @@ def micro_tables(doc: dict) -> list[str]:
             st = b.get("stats", {})
             extra = ", ".join(f"{k}={v}" for k, v in (b.get("extra_info") or {}).items())[:120]
             lines.append(f"| {b['name']} | {b.get('group') or ''} | {_secs(st.get('mean'))} | {_secs(st.get('min'))} | "
-                         f"{fmt_int(st.get('ops'))} | {extra} |")
+                         f"{fmt(st.get('ops'))} | {extra} |")
         lines.append("")
     return lines
 
@@ -346,7 +363,8 @@ METRICS_NOTE = (
     "same window, per million records; broker CPU is the broker process's CPU time over the same "
     "window (from /proc); peak RSS is the process's high-water mark (`VmHWM`); group join is subscribe() until "
     "the first assignment (the `kwire-fetch-*` rows read assigned partitions without a group). "
-    "Each client runs alone in its own process, one after another.")
+    "Each client runs alone in its own process, one after another; with several runs per client "
+    "(round robin over the clients) the table shows the run with the median records/s.")
 
 
 def full_report(data: dict, charts: dict) -> str:
