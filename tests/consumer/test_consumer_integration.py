@@ -432,3 +432,46 @@ def test_idle_consumer_does_not_spin(broker, unique_topic, create_topic):
     # two requests.  A consumer that spins sends thousands.
     assert sends.get("Fetch", 0) <= 20 and sends.get("Heartbeat", 0) <= 12, sends
     assert set(sends) <= {"Fetch", "Heartbeat", "Metadata", "OffsetCommit"}, sends
+
+
+def test_prefetch_memory_stays_within_the_budget_while_a_backlog_waits(tansu, unique_topic, create_topic):
+    """A 30 MB backlog and an application that stops after one record: the driver keeps
+    fetching only up to queued.max.messages.kbytes (plus one response in flight and the small
+    decode-ahead), so what it holds does not grow with the backlog."""
+    import tracemalloc
+
+    create_topic(tansu, unique_topic, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 20,
+                                  "batch.num.messages": 10000, "queue.buffering.max.messages": 400000})
+    for i in range(300_000):
+        p.produce(unique_topic, b"x" * 100, partition=0)
+        if i % 50_000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    cfg = {"bootstrap.servers": tansu.bootstrap, "auto.offset.reset": "earliest",
+           "queued.max.messages.kbytes": 2048}
+    tracemalloc.start()
+    try:
+        with Consumer(cfg) as c:
+            c.assign([TopicPartition(unique_topic, 0, 0)])
+            assert c.poll(15) is not None
+            base, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:  # the application is busy; the driver runs on
+                time.sleep(0.1)
+            _, peak = tracemalloc.get_traced_memory()
+            # then everything still arrives, in order
+            got = 1
+            last = 0
+            while got < 300_000:
+                recs = c.consume(10_000, 10)
+                assert recs, got
+                assert recs[0].offset == last + 1
+                last = recs[-1].offset
+                got += len(recs)
+    finally:
+        tracemalloc.stop()
+    backlog_bytes = 300_000 * 100
+    assert peak - base < 16 << 20, (peak - base, backlog_bytes)
+    assert got == 300_000
