@@ -38,8 +38,8 @@ def pytest_terminal_summary(terminalreporter):
     w("")
     w("kwire record-layer benchmarks (best round)")
     for name in sorted(RESULTS):
-        unit = "GB/s" if name.startswith("crc32c") else "M rec/s"
-        value = RESULTS[name] / 1e9 if unit == "GB/s" else RESULTS[name] / 1e6
+        unit = "GB/s" if name.startswith("crc32c") else ("k msg/s" if name.startswith("fetch-v") else "M rec/s")
+        value = RESULTS[name] / {"GB/s": 1e9, "k msg/s": 1e3}.get(unit, 1e6)
         w(f"  {name:44s} {value:8.2f} {unit}")
     w("")
     w("ratios (records/s, higher is better for kwire)")
@@ -50,6 +50,11 @@ def pytest_terminal_summary(terminalreporter):
         ("kwire cython vs kwire pure", "records/kwire-cython", "records/kwire-pure"),
         ("decode_columns (1 MiB chunks) vs iter_records", "columns-chunks/kwire-cython", "records/kwire-cython"),
     ]
+    for v in (11, 17):
+        rows.append((f"Fetch v{v} response decode: kwire cython vs kafka-python",
+                     f"fetch-v{v}-decode/cython", f"fetch-v{v}-decode/kafka-python"))
+        rows.append((f"Fetch v{v} response decode: kwire cython vs kwire pure",
+                     f"fetch-v{v}-decode/cython", f"fetch-v{v}-decode/python"))
     for label, a, b in rows:
         w(f"  {label:52s} {_ratio(a, b)}")
     w("")

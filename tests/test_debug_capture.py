@@ -128,9 +128,8 @@ TOTAL_RECORDS = 9  # 6 from confluent-kafka, 3 from kwire
 
 
 def run_real_clients(bootstrap: str, topic: str) -> None:
-    """confluent-kafka's and kwire's Producers, then confluent-kafka's Consumer and
-    kafka-python's KafkaConsumer, each in its own group, side by side so their joins overlap.
-    (kwire's own consumer joins this test once it exists.)"""
+    """confluent-kafka's and kwire's Producers, then confluent-kafka's, kafka-python's and
+    kwire's Consumers, each in its own group, side by side so their joins overlap."""
     import confluent_kafka as ck
     import kafka
 
@@ -167,8 +166,30 @@ def run_real_clients(bootstrap: str, topic: str) -> None:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
+    def kwire_consumer():
+        from kwire import Consumer
+
+        try:
+            with Consumer({"bootstrap.servers": bootstrap, "client.id": "kwire-live-consumer",
+                           "group.id": f"kw-{topic}", "auto.offset.reset": "earliest",
+                           "enable.auto.commit": False, "session.timeout.ms": 6000,
+                           "heartbeat.interval.ms": 300}) as kc:
+                kc.subscribe([topic])
+                seen, deadline = 0, time.monotonic() + 20
+                while seen < TOTAL_RECORDS and time.monotonic() < deadline:
+                    seen += len(kc.consume(TOTAL_RECORDS, 0.2))
+                end = time.monotonic() + 0.7
+                while time.monotonic() < end:  # a heartbeat or two
+                    kc.poll(0.1)
+                kc.commit(asynchronous=False)
+            assert seen == TOTAL_RECORDS, seen
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
     t = threading.Thread(target=kafka_python_consumer)
     t.start()
+    t2 = threading.Thread(target=kwire_consumer)
+    t2.start()
     consumer = ck.Consumer({**common, "group.id": f"ck-{topic}", "auto.offset.reset": "earliest",
                             "enable.auto.commit": False, "session.timeout.ms": 6000,
                             "max.poll.interval.ms": 6000, "heartbeat.interval.ms": 300})
@@ -184,6 +205,7 @@ def run_real_clients(bootstrap: str, topic: str) -> None:
     consumer.commit(asynchronous=False)
     consumer.close()
     t.join(30)
+    t2.join(30)
     assert seen == TOTAL_RECORDS, seen
     if errors:
         raise errors[0]
@@ -204,8 +226,17 @@ def test_live_capture_of_real_clients(tansu, unique_topic, tmp_path, capsys):
         apis = {i.api for i in result.frames() if i.connection in ours}
         assert CLIENT_APIS <= apis, (kind, CLIENT_APIS - apis)
         clients = {i.client_id for i in result.frames("request")}
-        assert {"rdkafka", "kwire-live"} <= clients, clients
+        assert {"rdkafka", "kwire-live", "kwire-live-consumer"} <= clients, clients
         assert any(c and c.startswith("kafka-python") for c in clients), clients
+        # kwire's own consumer, its whole life in order of first appearance
+        kwire_apis = []
+        for i in result.frames("request"):
+            if i.client_id == "kwire-live-consumer" and i.api not in kwire_apis:
+                kwire_apis.append(i.api)
+        life = ["FindCoordinator", "JoinGroup", "SyncGroup", "OffsetFetch", "Fetch", "Heartbeat",
+                "OffsetCommit", "LeaveGroup"]
+        assert [a for a in kwire_apis if a in life] == life, kwire_apis
+        assert kwire_apis[0] == "ApiVersions", kwire_apis
         produced = [i for i in result.frames("request") if i.api == "Produce"]
         assert produced and all(i.body["topic_data"] for i in produced)
         # The CLI agrees: exit 0, one JSON object per line, every record counted once.
