@@ -67,21 +67,100 @@ cdef object _msg_default(tuple op):
     return d
 
 
-cdef object _rd_value(Cursor* c, tuple op):
-    cdef int code = op[0]
-    cdef bint nullable = op[2]
-    cdef bint flexible = op[6]
+# --- decoding ---------------------------------------------------------------------------
+#
+# Plans arrive as nested tuples (the contract shared with the pure twin).  For decoding they are
+# compiled once into _Plan/_Op objects whose fields are C values, so the hot loop reads C
+# attributes instead of indexing and unboxing tuple items for every field of every message.
+
+cdef class _Op:
+    cdef int code
+    cdef bint nullable
+    cdef bint flexible
+    cdef int tag
+    cdef object name
+    cdef object default          # value for an absent tagged field (see _fresh)
+    cdef bint flat_default       # default is a dict of scalars only
+    cdef _Plan plan              # T_STRUCT, or an array whose elements are structs
+    cdef _Op elem                # an array of non-struct elements
+
+
+cdef class _Plan:
+    cdef list ops                # untagged fields, wire order
+    cdef list tagged             # tagged fields (flexible versions)
+    cdef bint flexible
+    cdef object plan_tuple       # keeps the source tuple alive while it keys the cache
+
+
+cdef dict _COMPILED = {}         # id(plan tuple) -> _Plan
+
+
+cdef object _fresh(object v):
+    # Defaults are shared templates: hand out copies of the mutable ones.
+    if type(v) is dict:
+        return {k: _fresh(x) for k, x in (<dict>v).items()}
+    if type(v) is list:
+        return []
+    return v
+
+
+cdef inline object _fresh_default(_Op op):
+    # Most struct defaults hold only scalars: a C-level dict copy is enough.
+    if op.flat_default:
+        return (<dict>op.default).copy()
+    return _fresh(op.default)
+
+
+cdef _Op _compile_op(tuple op):
+    cdef _Op o = _Op.__new__(_Op)
+    o.code = op[0]
+    o.name = op[1]
+    o.nullable = op[2]
+    o.tag = op[5]
+    o.flexible = op[6]
+    if o.code == C_STRUCT:
+        o.plan = _compile(op[4])
+        o.default = None if o.nullable else _struct_default(op[4])
+        o.flat_default = type(o.default) is dict and not any(
+            type(x) is dict or type(x) is list for x in (<dict>o.default).values())
+    elif o.code == C_ARRAY:
+        sub = op[4]
+        if sub[0] == C_STRUCT:
+            o.plan = _compile(sub[4])
+        else:
+            o.elem = _compile_op(sub)
+        o.default = op[3]
+    else:
+        o.default = op[3]
+    return o
+
+
+cdef _Plan _compile(tuple plan):
+    cdef _Plan p = _COMPILED.get(id(plan))
+    if p is not None and p.plan_tuple is plan:
+        return p
+    p = _Plan.__new__(_Plan)
+    p.plan_tuple = plan
+    p.ops = [_compile_op(op) for op in plan[0]]
+    p.tagged = [_compile_op(op) for op in plan[1]]
+    p.flexible = plan[2]
+    _COMPILED[id(plan)] = p
+    return p
+
+
+cdef object _rd_value(Cursor* c, _Op op):
+    cdef int code = op.code
     cdef Py_ssize_t n, i, start
-    cdef tuple sub
     cdef list items
+    cdef _Plan sub
     if code == C_INT32:
         return rd_i32(c)
-    if code == C_INT16:
-        return rd_i16(c)
     if code == C_INT64:
         return rd_i64(c)
+    if code == C_INT16:
+        return rd_i16(c)
     if code == C_STRING:
-        n = _rd_length(c, flexible, 2, nullable, "string")
+        n = _rd_length(c, op.flexible, 2, op.nullable, "string")
         if n < 0:
             return None
         return rd_str_n(c, n)
@@ -89,7 +168,7 @@ cdef object _rd_value(Cursor* c, tuple op):
         return rd_i8(c)
     if code == C_ARRAY:
         start = c.pos
-        n = _rd_length(c, flexible, 4, nullable, "array")
+        n = _rd_length(c, op.flexible, 4, op.nullable, "array")
         if n < 0:
             return None
         # Every element takes at least one byte: a forged count cannot make us loop or allocate.
@@ -97,21 +176,21 @@ cdef object _rd_value(Cursor* c, tuple op):
             raise TruncatedError(
                 f"array of {n} elements at position {start} exceeds the {c.end - c.pos} bytes left",
                 position=start)
-        sub = op[4]
         items = []
-        if sub[0] == C_STRUCT:
+        if op.plan is not None:
+            sub = op.plan
             for i in range(n):
-                items.append(_rd_struct(c, sub[4]))
+                items.append(_rd_struct(c, sub))
         else:
             for i in range(n):
-                items.append(_rd_value(c, sub))
+                items.append(_rd_value(c, op.elem))
         return items
     if code == C_STRUCT:
-        if nullable and rd_i8(c) < 0:
+        if op.nullable and rd_i8(c) < 0:
             return None
-        return _rd_struct(c, op[4])
+        return _rd_struct(c, op.plan)
     if code == C_BYTES or code == C_RECORDS:
-        n = _rd_length(c, flexible, 4, nullable or code == C_RECORDS, "bytes")
+        n = _rd_length(c, op.flexible, 4, op.nullable or code == C_RECORDS, "bytes")
         if n < 0:
             return None
         return rd_bytes_n(c, n)
@@ -124,36 +203,31 @@ cdef object _rd_value(Cursor* c, tuple op):
     if code == C_UINT32:
         return rd_u32(c)
     if code == C_FLOAT64:
-        _need(c, 8)
-        v = _F64.unpack_from(rd_bytes_n(c, 8))[0]
-        return v
-    raise ProtocolError(f"unknown type code {code} for field {op[1]}")
+        return _F64.unpack_from(rd_bytes_n(c, 8))[0]
+    raise ProtocolError(f"unknown type code {code} for field {op.name}")
 
 
-cdef dict _rd_struct(Cursor* c, tuple plan):
-    cdef tuple ops = plan[0]
-    cdef tuple tagged_ops = plan[1]
-    cdef bint flexible = plan[2]
+cdef dict _rd_struct(Cursor* c, _Plan plan):
     cdef dict out = {}
-    cdef tuple op
+    cdef _Op op
+    cdef _Op found
     cdef uint32_t count, k, tag, size
-    cdef Py_ssize_t start, stop, saved_end
-    for op in ops:
-        out[op[1]] = _rd_value(c, op)
-    if not flexible:
+    cdef Py_ssize_t stop, saved_end
+    for op in plan.ops:
+        out[op.name] = _rd_value(c, op)
+    if not plan.flexible:
         return out
-    for op in tagged_ops:
-        out[op[1]] = _msg_default(op)
+    for op in plan.tagged:
+        out[op.name] = _fresh_default(op)
     count = rd_uvarint(c)
     for k in range(count):
         tag = rd_uvarint(c)
         size = rd_uvarint(c)
         _need(c, size)
-        start = c.pos
-        stop = start + size
+        stop = c.pos + size
         found = None
-        for op in tagged_ops:
-            if <uint32_t>(<int>op[5]) == tag:
+        for op in plan.tagged:
+            if <uint32_t>op.tag == tag:
                 found = op
                 break
         if found is None:
@@ -162,12 +236,12 @@ cdef dict _rd_struct(Cursor* c, tuple plan):
         saved_end = c.end
         c.end = stop
         try:
-            out[(<tuple>found)[1]] = _rd_value(c, <tuple>found)
+            out[found.name] = _rd_value(c, found)
         finally:
             c.end = saved_end
         if c.pos != stop:
             raise TrailingBytesError(
-                f"tagged field {tag} ({found[1]}) left {stop - c.pos} bytes unread", position=c.pos)
+                f"tagged field {tag} ({found.name}) left {stop - c.pos} bytes unread", position=c.pos)
     return out
 
 
@@ -175,6 +249,7 @@ def decode_struct(tuple plan, data, Py_ssize_t pos=0, Py_ssize_t end=-1):
     """Decode one struct at ``pos``; returns ``(dict, next_pos)``.  Bytes after it are allowed."""
     cdef Py_buffer view
     cdef Cursor c
+    cdef _Plan compiled = _compile(plan)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         c.buf = <const uint8_t*>view.buf
@@ -182,7 +257,7 @@ def decode_struct(tuple plan, data, Py_ssize_t pos=0, Py_ssize_t end=-1):
         if pos < 0 or pos > c.end:
             raise TruncatedError(f"start position {pos} is outside the buffer", position=pos)
         c.pos = pos
-        value = _rd_struct(&c, plan)
+        value = _rd_struct(&c, compiled)
         return value, c.pos
     finally:
         PyBuffer_Release(&view)
@@ -190,12 +265,21 @@ def decode_struct(tuple plan, data, Py_ssize_t pos=0, Py_ssize_t end=-1):
 
 def decode_message(tuple plan, data):
     """Decode a whole message body; every byte must be consumed."""
-    value, pos = decode_struct(plan, data)
-    n = len(memoryview(data).cast("B")) if not isinstance(data, (bytes, bytearray)) else len(data)
-    if pos != n:
-        raise TrailingBytesError(f"{n - pos} bytes left over after the message at position {pos}",
-                                 position=pos)
-    return value
+    cdef Py_buffer view
+    cdef Cursor c
+    cdef _Plan compiled = _compile(plan)
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        c.buf = <const uint8_t*>view.buf
+        c.pos = 0
+        c.end = view.len
+        value = _rd_struct(&c, compiled)
+        if c.pos != c.end:
+            raise TrailingBytesError(f"{c.end - c.pos} bytes left over after the message at position {c.pos}",
+                                     position=c.pos)
+        return value
+    finally:
+        PyBuffer_Release(&view)
 
 
 # --- encoding ------------------------------------------------------------------------------
