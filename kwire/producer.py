@@ -452,6 +452,12 @@ class Producer:
                 self._append(msg, now)
 
     def _expire(self, now: int) -> None:
+        auth = self._net.authentication_error
+        if auth is not None:
+            # Wrong credentials or an untrusted broker: retrying cannot help, so every record
+            # waiting for metadata or a leader fails now, not at delivery.timeout.ms.
+            self._fail_waiting(auth, now)
+            return
         limit = self._delivery_timeout_ms
         for topic in list(self._parked):
             q = self._parked[topic]
@@ -470,6 +476,18 @@ class Producer:
                                         "(delivery.timeout.ms)")
                 for msg in b.msgs:
                     self._report(msg, err, now)
+
+    def _fail_waiting(self, error: KwireError, now: int) -> None:
+        for topic, q in list(self._parked.items()):
+            for msg in q:
+                self._report(msg, error, now)
+        self._parked.clear()
+        for tp, q in self._batches.items():
+            if tp in self._busy:
+                continue
+            while q:
+                for msg in q.popleft().msgs:
+                    self._report(msg, error, now)
 
     def _send_ready(self, now: int, flushing: bool) -> None:
         by_node: dict[int, list[_Batch]] = {}

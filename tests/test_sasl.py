@@ -300,3 +300,25 @@ def test_tansu_refuses_unauthenticated_and_plain(tansu_auth):
     with _sasl_client(tansu_auth.bootstrap, "PLAIN", **{"socket.connection.setup.timeout.ms": 2000}) as c:
         with pytest.raises(KafkaConnectionError, match="during SASL authentication"):
             c.ensure_ready(-1, timeout_ms=2000)
+
+
+def test_producer_fails_records_at_once_on_wrong_password():
+    """Records waiting for metadata fail with the AuthenticationError, not at delivery.timeout.ms."""
+    import kwire
+
+    mech = "SCRAM-SHA-256"
+    fb = _fake(scram_users=_users(mech))
+    reports = []
+    with fb:
+        p = kwire.Producer({"bootstrap.servers": fb.bootstrap, "security.protocol": "sasl_plaintext",
+                            "sasl.mechanism": mech, "sasl.username": "alice", "sasl.password": "wrong",
+                            "delivery.timeout.ms": 60_000, "reconnect.backoff.ms": 50})
+        try:
+            for i in range(3):
+                p.produce("t", b"v%d" % i, on_delivery=lambda err, msg: reports.append(err))
+            start = time.monotonic()
+            assert p.flush(20) == 0
+            assert time.monotonic() - start < 5
+        finally:
+            p.close()
+    assert len(reports) == 3 and all(isinstance(e, AuthenticationError) for e in reports), reports
