@@ -80,7 +80,27 @@ def _wrap64(v: int) -> int:
 
 # --- the user-facing objects -----------------------------------------------------------
 
-class Record:
+class _ByValue:
+    """Equality, pickling and (no) hashing by ``to_tuple()``, shared by Record and RecordBatch."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_tuple() == other.to_tuple()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return (type(self), self.to_tuple())
+
+
+class Record(_ByValue):
     """One record: ``offset``, ``timestamp`` (ms), ``timestamp_type`` (0 CreateTime,
     1 LogAppendTime, -1 none: magic 0), ``key``/``value`` (bytes or None), ``headers``
     (list of ``(str, bytes | None)``), and where it came from: ``topic``, ``partition``,
@@ -106,19 +126,6 @@ class Record:
         return (self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
                 self.headers, self.topic, self.partition, self.leader_epoch)
 
-    def __eq__(self, other):
-        if not isinstance(other, Record):
-            return NotImplemented
-        return self.to_tuple() == other.to_tuple()
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
-
-    def __reduce__(self):
-        return (Record, self.to_tuple())
 
     def __repr__(self):
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
@@ -143,7 +150,7 @@ def _record(offset, timestamp, timestamp_type, key, value, headers, topic, parti
     return r
 
 
-class RecordBatch:
+class RecordBatch(_ByValue):
     """One v2 record batch, or one legacy (magic 0/1) message with its inner messages.
 
     ``records`` holds every record, including a control batch's control records (which
@@ -187,19 +194,6 @@ class RecordBatch:
     def __iter__(self):
         return iter(self.records)
 
-    def __eq__(self, other):
-        if not isinstance(other, RecordBatch):
-            return NotImplemented
-        return self.to_tuple() == other.to_tuple()
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
-
-    def __reduce__(self):
-        return (RecordBatch, self.to_tuple())
 
     def __repr__(self):
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
