@@ -86,13 +86,11 @@ def _job(spark, bootstrap: str, topic: str, group: str):
     })
     per_partition = (df.groupBy("partition")
                      .agg(F.count(F.lit(1)).alias("records"), F.sum(F.length("value")).alias("bytes"))
-                     .collect())
-    per_partition.sort(key=lambda r: r["partition"])  # sorted here: orderBy would run a sampling job
+                     .orderBy("partition").collect())
     elapsed_s = time.perf_counter() - start
     per_key = (df.groupBy(F.col("key").cast("string").alias("key"))
                .agg(F.count(F.lit(1)).alias("records"), F.sum(F.length("value")).alias("bytes"))
-               .collect())
-    per_key.sort(key=lambda r: r["key"] or "")
+               .orderBy("key").collect())
     committed = await_commit(df, timeout_s=60)
     return per_partition, per_key, committed, elapsed_s
 
