@@ -12,7 +12,6 @@ import uuid
 
 import pytest
 
-from kwire.errors import KwireError  # noqa: F401,I001  (before kwire._codec: import order)
 from kwire import _codec, _pycodec
 from kwire.protocol import api as P
 

@@ -18,7 +18,6 @@ import cramjam
 import pytest
 from crc32c import crc32c
 
-from kwire.errors import KwireError  # noqa: F401,I001  (imported before kwire._codec: import cycle)
 from kwire import _codec, _pycodec
 
 PER_BATCH = 1000

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 
-from kwire.errors import KwireError  # noqa: F401  (import order: see kwire/records.py)
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")

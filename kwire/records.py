@@ -17,9 +17,6 @@ pure-Python twin ``kwire._pycodec`` (see :mod:`kwire._impl`).
 """
 from __future__ import annotations
 
-# kwire.errors first: importing it pulls in kwire.protocol, which imports kwire._impl; if
-# kwire._impl were first in line it would be seen half-initialized.
-from . import errors as _errors  # noqa: F401
 from ._impl import IMPLEMENTATION, codec_module
 
 __all__ = [

@@ -14,7 +14,6 @@ import pytest
 from kwire import _pycodec
 from kwire.errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError
 from kwire.protocol import api as P
-from kwire.protocol import messages as M
 
 from .protocol_values import sample_struct
 

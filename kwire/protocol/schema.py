@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._plan import (  # noqa: F401  (re-exported: the plan contract lives below the codec)
@@ -137,10 +137,6 @@ def F(name, type, versions="0+", *, nullable=None, default=None, tag=None, tagge
     return Field(name=name, type=type, versions=versions, nullable=nullable, tag=tag,
                  tagged=tagged, default=default, has_default=default is not None or nullable is not None,
                  flexible=flexible, fields=tuple(fields))
-
-
-def NULL_DEFAULT():  # pragma: no cover - marker documented in the tables
-    return None
 
 
 def zero_value(type_name: str, nullable: bool) -> Any:
