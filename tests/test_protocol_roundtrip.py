@@ -12,7 +12,7 @@ import random
 import pytest
 
 from kwire import _pycodec
-from kwire.errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError
+from kwire.errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError, UnsupportedVersionError
 from kwire.protocol import api as P
 
 from .protocol_values import sample_struct
@@ -165,3 +165,17 @@ def test_api_versions_error_response_falls_back_to_v0():
     assert resp.version == 0
     assert resp.body["error_code"] == 35
     assert resp.body["api_keys"] == body["api_keys"]
+
+
+def test_request_header_versions_0_to_2():
+    body = {"group_id": "g", "generation_id": 1, "member_id": "m"}
+    for hv in (0, 1, 2):
+        frame = P.encode_request("Heartbeat", 3, body, correlation_id=11, client_id="cid", header_version=hv)
+        req = P.decode_request(frame, header_version=hv)
+        assert (req.correlation_id, req.body["member_id"]) == (11, "m")
+        assert req.client_id == (None if hv == 0 else "cid")
+    # v0: api key, version, correlation id, then the body at once (no client id)
+    v0 = P.encode_request("Heartbeat", 3, body, correlation_id=11, header_version=0, size_prefix=False)
+    assert v0[:8] == bytes.fromhex("000c0003 0000000b".replace(" ", "")) and v0[8:10] == b"\x00\x01"
+    with pytest.raises(UnsupportedVersionError):
+        P.encode_request("Heartbeat", 3, body, correlation_id=1, header_version=3)

@@ -110,7 +110,7 @@ def test_registry_matches_expected_versions():
 
 def test_headers_and_consumer_protocol():
     assert M.REQUEST_HEADER.kind == M.RESPONSE_HEADER.kind == "header"
-    assert M.REQUEST_HEADER.valid_range == (1, 2)
+    assert M.REQUEST_HEADER.valid_range == (0, 2)  # v0 kept readable (see schema_overrides)
     assert M.RESPONSE_HEADER.valid_range == (0, 1)
     for msg in (M.CONSUMER_SUBSCRIPTION, M.CONSUMER_ASSIGNMENT):
         assert msg.kind == "data"

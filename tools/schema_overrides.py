@@ -244,10 +244,12 @@ OVERRIDES = {
     # ---------------------------------------------------------------- headers
     "RequestHeader": {
         # Header v0 (no ClientId) only served ControlledShutdown v0, removed in 4.0
-        # (KIP-896); the 4.x specs list 1-2.
-        "valid": "1-2",
+        # (KIP-896); the 4.x specs list 1-2.  kwire keeps 0-2 so that a debugging tool can
+        # still encode and read a v0 header when told to.
+        "valid": "0-2",
         "notes": [
-            "Kafka 4.0 dropped header v0, used only by ControlledShutdown v0 (KIP-896).",
+            "Kafka 4.0 dropped header v0, used only by ControlledShutdown v0 (KIP-896); kwire "
+            "keeps it readable.",
         ],
     },
     # ------------------------------------------------- client telemetry (71, 72)

@@ -146,15 +146,24 @@ class ResponseFrame:
                 "body": self.body}
 
 
+def _check_header_version(v: int) -> int:
+    if v not in (0, 1, 2):
+        raise UnsupportedVersionError(f"request header v{v} does not exist (0-2)")
+    return v
+
+
 def _header_plan(msg: Message, header_version: int) -> tuple:
     return _plan(msg, header_version)
 
 
 def encode_request(a, version: int, body: dict, *, correlation_id: int, client_id: str | None = "kwire",
-                   size_prefix: bool = True) -> bytes:
-    """A complete request frame (with its 4-byte size prefix unless ``size_prefix=False``)."""
+                   size_prefix: bool = True, header_version: int | None = None) -> bytes:
+    """A complete request frame (with its 4-byte size prefix unless ``size_prefix=False``).
+
+    ``header_version`` overrides the header the API version implies (1, or 2 when flexible):
+    header v0 has no client id (it was used only by ControlledShutdown v0)."""
     a = api(a)
-    hv = a.request_header_version(version)
+    hv = a.request_header_version(version) if header_version is None else _check_header_version(header_version)
     out = bytearray(4 if size_prefix else 0)
     _codec.encode_struct(_header_plan(M.REQUEST_HEADER, hv), {
         "request_api_key": a.key, "request_api_version": version,
@@ -208,13 +217,15 @@ def peek_correlation_id(payload) -> int:
     return _I32.unpack_from(payload, 0)[0]
 
 
-def decode_request(frame, *, size_prefix: bool | None = None) -> RequestFrame:
-    """Decode a request frame whose api and version are read from its own header."""
+def decode_request(frame, *, size_prefix: bool | None = None, header_version: int | None = None) -> RequestFrame:
+    """Decode a request frame whose api and version are read from its own header
+    (``header_version`` as in :func:`encode_request`)."""
     payload = strip_size_prefix(frame, size_prefix=size_prefix)
     key, version, _ = peek_request_header(payload)
     a = api(key)
     a.check_version(version)
-    header, pos = _codec.decode_struct(_header_plan(M.REQUEST_HEADER, a.request_header_version(version)), payload)
+    hv = a.request_header_version(version) if header_version is None else _check_header_version(header_version)
+    header, pos = _codec.decode_struct(_header_plan(M.REQUEST_HEADER, hv), payload)
     body = _codec.decode_message(request_plan(a, version), payload[pos:])
     tags = header.get("_unknown_tags", {})
     return RequestFrame(a, version, header["correlation_id"], header.get("client_id"), body, tags)

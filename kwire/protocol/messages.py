@@ -1313,18 +1313,18 @@ PUSH_TELEMETRY_RESPONSE = Message(
 REQUEST_HEADER = Message(
     name='RequestHeader',
     kind='header',
-    valid='1-2',
+    valid='0-2',
     flexible='2+',
     notes=(
         "Version 0 of the RequestHeader is only used by v0 of ControlledShutdownRequest.\n"
         "Version 1 is the first version with ClientId.\n"
         "Version 2 is the first flexible version.\n"
-        "Kafka 4.0 dropped header v0, used only by ControlledShutdown v0 (KIP-896)."
+        "Kafka 4.0 dropped header v0, used only by ControlledShutdown v0 (KIP-896); kwire keeps it readable."
     ),
     fields=(
-        F('RequestApiKey', 'int16', '1+'),
-        F('RequestApiVersion', 'int16', '1+'),
-        F('CorrelationId', 'int32', '1+'),
+        F('RequestApiKey', 'int16', '0+'),
+        F('RequestApiVersion', 'int16', '0+'),
+        F('CorrelationId', 'int32', '0+'),
         F('ClientId', 'string', '1+', nullable='1+', flexible='none'),
     ),
 )
