@@ -373,6 +373,17 @@ class _Run:
                  "max_ts", "ts_type", "leader_epoch", "compressed")
 
 
+def _varint_bytes(buf, pos, end, what, rec_start):
+    """A record's key or value: zigzag varint length (-1 null) + bytes -> (bytes | None, pos)."""
+    n, pos = _zz32(buf, pos, end)
+    if n >= 0:
+        _need(pos, end, n)
+        return buf[pos:pos + n], pos + n
+    if n == -1:
+        return None, pos
+    raise CorruptRecordError(f"record at position {rec_start} has {what} length {n}", position=rec_start)
+
+
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
@@ -561,26 +572,8 @@ class _Decoder:
         pos += 1
         ts_delta, pos = _zz64(buf, pos, end)
         off_delta, pos = _zz32(buf, pos, end)
-        klen, pos = _zz32(buf, pos, end)
-        if klen >= 0:
-            _need(pos, end, klen)
-            key = buf[pos:pos + klen]
-            pos += klen
-        elif klen == -1:
-            key = None
-        else:
-            raise CorruptRecordError(f"record at position {rec_start} has key length {klen}",
-                                     position=rec_start)
-        vlen, pos = _zz32(buf, pos, end)
-        if vlen >= 0:
-            _need(pos, end, vlen)
-            value = buf[pos:pos + vlen]
-            pos += vlen
-        elif vlen == -1:
-            value = None
-        else:
-            raise CorruptRecordError(f"record at position {rec_start} has value length {vlen}",
-                                     position=rec_start)
+        key, pos = _varint_bytes(buf, pos, end, "key", rec_start)
+        value, pos = _varint_bytes(buf, pos, end, "value", rec_start)
         hcount, pos = _zz32(buf, pos, end)
         if hcount < 0 or hcount > (end - pos) // 2:
             raise CorruptRecordError(
