@@ -54,6 +54,7 @@ cdef extern from "Python.h":
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
     int PyBUF_READ
+    int PyBUF_WRITE
 
 import time as _time
 import zlib as _zlib
@@ -351,6 +352,50 @@ cdef object _rec_decompress(int codec, const uint8_t* p, Py_ssize_t n, int magic
                                       position=position)
 
 
+# --- decompressing v2 batches into a reused block ------------------------------------------
+# cramjam's decompress() returns a fresh buffer per batch; fresh memory costs a page fault per
+# 4 KiB, which for lz4 costs more than the decompression itself.  v2 batches decompress into
+# one scratch block per decoder instead (from the column pool, so the next call reuses it):
+# the records are copied out before the next batch overwrites it.
+
+cdef extern from *:
+    """
+    #define KWIRE_SCRATCH_LIMIT ((Py_ssize_t)1 << 31)
+    """
+    Py_ssize_t _SCRATCH_LIMIT "KWIRE_SCRATCH_LIMIT"
+
+cdef int64_t _rec_frame_content_size(int codec, const uint8_t* p, Py_ssize_t n) noexcept:
+    # The uncompressed size a zstd or lz4 frame header declares, or -1.
+    #   zstd: magic 28 B5 2F FD | descriptor | [window] | [dict id 1/2/4] | [content size 1/2/4/8]
+    #   lz4:  magic 04 22 4D 18 | FLG | BD | [content size u64 le, when FLG bit 3] | HC
+    cdef uint8_t fhd
+    cdef Py_ssize_t pos, fcs
+    cdef int64_t v = 0
+    cdef int i
+    if codec == 4 and n >= 6 and p[0] == 0x28 and p[1] == 0xB5 and p[2] == 0x2F and p[3] == 0xFD:
+        fhd = p[4]
+        pos = 5 + (0 if fhd & 0x20 else 1)
+        pos += (0, 1, 2, 4)[fhd & 0x03]
+        fcs = (1 if fhd & 0x20 else 0, 2, 4, 8)[fhd >> 6]
+        if fcs == 0 or pos + fcs > n:
+            return -1
+        for i in range(fcs):
+            v |= (<int64_t>p[pos + i]) << (8 * i)
+        return v + 256 if fcs == 2 else v
+    if codec == 3 and n >= 15 and p[0] == 0x04 and p[1] == 0x22 and p[2] == 0x4D and p[3] == 0x18:
+        if not (p[4] & 0x08):
+            return -1
+        for i in range(7):
+            v |= (<int64_t>p[6 + i]) << (8 * i)
+        return v if p[13] == 0 else -1      # more than 2^56 bytes is not a size we believe
+    return -1
+
+
+cdef bint _rec_short_output(exc):
+    # cramjam's *_into says this when the output block was too small
+    return "failed to write whole buffer" in str(exc)
+
+
 # --- the decoder ------------------------------------------------------------------------
 
 cdef struct _RecEntry:
@@ -422,6 +467,9 @@ cdef class _RecDecoder:
     cdef Py_ssize_t run_start       # position of the batch being decoded (for errors)
     cdef Py_buffer run_view         # the decompressed block the run reads, while held
     cdef bint has_run_view
+    cdef void* scratch              # v2 batches decompress into this block (pool memory)
+    cdef Py_ssize_t scratch_cap
+    cdef double expand_hint         # uncompressed / compressed size of the last batch
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
     cdef PyObject* hk_str[_HK_SLOTS]
@@ -447,6 +495,8 @@ cdef class _RecDecoder:
             Py_XDECREF(self.hk_str[i])
             self.hk_str[i] = NULL
         self.release_run()
+        _pool_give(self.scratch, self.scratch_cap)
+        self.scratch = NULL
         if self.has_view:
             PyBuffer_Release(&self.view)
             self.has_view = False
@@ -557,6 +607,10 @@ cdef class _RecDecoder:
         self.run_start = start
         if e.codec == 0:
             self.v2_begin(self.buf, c.pos, end, count, e, leader_epoch)
+        elif e.codec != 2:
+            n = self.decompress_into_scratch(e.codec, self.buf + c.pos, end - c.pos, start)
+            self.in_decompressed = True
+            self.v2_begin(<const uint8_t*>self.scratch, 0, n, count, e, leader_epoch)
         else:
             block = _rec_decompress(e.codec, self.buf + c.pos, end - c.pos, 2, start)
             PyObject_GetBuffer(block, &self.run_view, PyBUF_SIMPLE)
@@ -578,6 +632,42 @@ cdef class _RecDecoder:
             self.release_run()
         self.in_decompressed = False
         return 0
+
+    cdef Py_ssize_t decompress_into_scratch(self, int codec, const uint8_t* p, Py_ssize_t n,
+                                            Py_ssize_t position) except -1:
+        # gzip, lz4 or zstd into self.scratch; returns the uncompressed size.  The block is
+        # sized from the frame header when it declares the size, else from the last batch's
+        # expansion; when it turns out too small it grows 4x and the batch is decompressed
+        # again (up to 2 GiB, past what Kafka's int32 sizes can describe).
+        cdef int64_t declared = _rec_frame_content_size(codec, p, n)
+        cdef Py_ssize_t want, got
+        cdef double hint = self.expand_hint if self.expand_hint > 0 else 4.0
+        want = <Py_ssize_t>declared if 0 <= declared < _SCRATCH_LIMIT else <Py_ssize_t>(n * hint * 1.25) + 4096
+        src = _rec_view(p, n)
+        fn = (None, _cramjam.gzip.decompress_into, None, _cramjam.lz4.decompress_into,
+              _cramjam.zstd.decompress_into)[codec]
+        while True:
+            if self.scratch == NULL or self.scratch_cap < want:
+                _pool_give(self.scratch, self.scratch_cap)
+                self.scratch = _pool_take(max(want, <Py_ssize_t>_POOL_MIN_BLOCK), &self.scratch_cap)
+                if self.scratch == NULL:
+                    self.scratch_cap = 0
+                    raise MemoryError()
+            try:
+                got = fn(src, PyMemoryView_FromMemory(<char*>self.scratch, self.scratch_cap,
+                                                      PyBUF_WRITE))
+                break
+            except MemoryError:
+                raise
+            except Exception as exc:
+                if not _rec_short_output(exc) or self.scratch_cap >= _SCRATCH_LIMIT:
+                    raise CorruptRecordError(
+                        f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
+                        f"{position}: {exc}", position=position) from exc
+                want = min(self.scratch_cap * 4, _SCRATCH_LIMIT)
+        if n > 0:
+            self.expand_hint = <double>got / n
+        return got
 
     cdef void release_run(self) noexcept:
         if self.has_run_view:
@@ -629,7 +719,7 @@ cdef class _RecDecoder:
                 return self.v2_next()
             self.v2_end()
         except BaseException as exc:
-            compressed = self.has_run_view
+            compressed = self.in_decompressed
             self.release_run()
             self.pos = self.end
             if isinstance(exc, ProtocolError):

@@ -16,6 +16,8 @@ import sys
 import zlib
 
 import cramjam
+import lz4.frame
+import zstandard
 import pytest
 import xxhash
 from crc32c import crc32c
@@ -268,6 +270,67 @@ def test_snappy_raw(codec):
     data = v2_recompress(plain, 2, bytes(cramjam.snappy.compress_raw(plain[61:])))
     assert not data[61:].startswith(b"\x82SNAPPY")
     assert tuples(codec.iter_records(data)) == expected(recs, 0, leader_epoch=0)
+
+
+# --- decompression into the decoder's reused block ---------------------------------------------
+# The compiled twin decompresses v2 batches into one block per decoder, sized from the frame
+# header's content size when there is one, else from the previous batch's expansion, and
+# grows it when a batch turns out bigger.  These inputs walk every one of those paths.
+
+def _lz4_frame(data, *, content_size):
+    c = lz4.frame.compress(data, store_size=content_size)
+    flg = c[4]
+    assert bool(flg & 0x08) == content_size
+    return c
+
+
+def _zstd_frame(data, *, content_size):
+    c = zstandard.ZstdCompressor(write_content_size=content_size).compress(data)
+    assert (zstandard.get_frame_parameters(c).content_size != zstandard.CONTENTSIZE_UNKNOWN) == content_size
+    return c
+
+
+@pytest.mark.parametrize("frame", [_lz4_frame, _zstd_frame], ids=["lz4", "zstd"])
+@pytest.mark.parametrize("content_size", [True, False], ids=["declared", "undeclared"])
+def test_v2_batches_of_changing_expansion(codec, frame, content_size):
+    # small, then highly compressible (~5 MB of one byte: the block must grow more than once),
+    # then small again, then random (expands less than the last): every record intact
+    codec_id = 3 if frame is _lz4_frame else 4
+    shapes = [
+        [(b"a%d" % i, b"v" * 10, [], 1000 + i) for i in range(5)],
+        [(b"b%d" % i, b"\0" * 500_000, [("h", b"x")], 2000 + i) for i in range(10)],
+        [(None, b"w%d" % i, [], 3000 + i) for i in range(3)],
+        [(b"d%d" % i, os.urandom(3000), [], 4000 + i) for i in range(40)],
+    ]
+    data, want, base = b"", [], 0
+    for recs in shapes:
+        plain = kp_v2(recs, base)
+        data += v2_recompress(plain, codec_id, frame(plain[61:], content_size=content_size))
+        want += expected(recs, base, leader_epoch=0)
+        base += len(recs)
+    assert tuples(codec.iter_records(data)) == want
+    assert [tuple(t) for t in column_tuples(codec.decode_columns(data))] == [t[:6] for t in want]
+
+
+@pytest.mark.parametrize("declared", [1, 100, 2**40], ids=["too-small", "small", "huge"])
+def test_v2_zstd_wrong_declared_content_size(codec, declared):
+    # a frame header that lies about the size is corruption (zstd checks it), never a crash
+    # or a short read; a claim past 2 GiB is not believed when sizing the block
+    plain = kp_v2(sample_records(50))
+    good = _zstd_frame(plain[61:], content_size=True)
+    fhd = good[4]
+    assert fhd >> 6 in (1, 2, 3) or fhd & 0x20
+    # re-encode the header with an 8-byte content size field holding `declared`
+    window = b"" if fhd & 0x20 else good[5:6]
+    fcs_len = {0: 1 if fhd & 0x20 else 0, 1: 2, 2: 4, 3: 8}[fhd >> 6]
+    rest = good[5 + len(window) + fcs_len:]
+    lying = good[:4] + bytes([(fhd & 0x3F) | 0xC0]) + window + struct.pack("<Q", declared) + rest
+    data = v2_recompress(plain, 4, lying)
+    with pytest.raises(CorruptRecordError) as info:
+        list(codec.iter_records(data))
+    assert info.value.position == 0
+    with pytest.raises(CorruptRecordError):
+        codec.decode_columns(data)
 
 
 def _lz4_header_checksum_broken(frame):
