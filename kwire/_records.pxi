@@ -470,6 +470,15 @@ cdef class _RecDecoder:
     cdef void* scratch              # v2 batches decompress into this block (pool memory)
     cdef Py_ssize_t scratch_cap
     cdef double expand_hint         # uncompressed / compressed size of the last batch
+    cdef const uint8_t* run_data    # the decompressed records of the current batch
+    cdef kw_zctx zctx               # native lz4/zstd contexts of this thread
+    cdef kw_pipe pipe               # the decompression worker (see _inflate.pxi), when on
+    cdef bint pipe_tried
+    cdef bint pipe_on
+    cdef int pipe_next              # the next job the decoder takes
+    cdef int pipe_held              # jobs [0, pipe_held) may be given back once the run ends
+    cdef long pipe_pid
+    cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
     cdef PyObject* hk_str[_HK_SLOTS]
@@ -495,6 +504,8 @@ cdef class _RecDecoder:
             Py_XDECREF(self.hk_str[i])
             self.hk_str[i] = NULL
         self.release_run()
+        self.stop_pipe()
+        kw_zctx_free(&self.zctx)
         _pool_give(self.scratch, self.scratch_cap)
         self.scratch = NULL
         if self.has_view:
@@ -527,6 +538,7 @@ cdef class _RecDecoder:
         self.records = None
         if remaining < _LOG_OVERHEAD:
             self.pos = self.end
+            self.stop_pipe()
             return 0
         size = <int32_t>ld_be32(self.buf + start + 8)
         if size < _MIN_ENTRY_SIZE:
@@ -536,6 +548,7 @@ cdef class _RecDecoder:
                 position=start + 8)
         if size > remaining - _LOG_OVERHEAD:
             self.pos = self.end
+            self.stop_pipe()
             return 0
         magic = self.buf[start + 16]
         self.in_decompressed = False
@@ -549,10 +562,12 @@ cdef class _RecDecoder:
                                          position=start + 16)
         except ProtocolError as exc:
             self.release_run()
+            self.stop_pipe()
             self.pos = self.end
             raise _rec_rewrap(exc, start, self.in_decompressed)
         except BaseException:
             self.release_run()
+            self.stop_pipe()
             self.pos = self.end
             raise
         self.pos = start + _LOG_OVERHEAD + size
@@ -608,9 +623,9 @@ cdef class _RecDecoder:
         if e.codec == 0:
             self.v2_begin(self.buf, c.pos, end, count, e, leader_epoch)
         elif e.codec != 2:
-            n = self.decompress_into_scratch(e.codec, self.buf + c.pos, end - c.pos, start)
+            n = self.inflate(e.codec, self.buf + c.pos, end - c.pos, start)
             self.in_decompressed = True
-            self.v2_begin(<const uint8_t*>self.scratch, 0, n, count, e, leader_epoch)
+            self.v2_begin(self.run_data, 0, n, count, e, leader_epoch)
         else:
             block = _rec_decompress(e.codec, self.buf + c.pos, end - c.pos, 2, start)
             PyObject_GetBuffer(block, &self.run_view, PyBUF_SIMPLE)
@@ -633,17 +648,130 @@ cdef class _RecDecoder:
         self.in_decompressed = False
         return 0
 
+    cdef Py_ssize_t inflate(self, int codec, const uint8_t* p, Py_ssize_t n,
+                            Py_ssize_t position) except -1:
+        # gzip, lz4 or zstd: sets self.run_data, returns the uncompressed size.  From the
+        # worker's slot when it decompressed this batch, else into self.scratch.
+        cdef kw_job* job
+        cdef int j
+        if not self.pipe_tried and _native(codec):
+            self.pipe_tried = True
+            self.start_pipe(position)
+        if self.pipe_on and self.pipe_next < self.pipe.njobs \
+                and self.pipe.jobs[self.pipe_next].entry == position:
+            j = self.pipe_next
+            self.pipe_next += 1
+            with nogil:
+                kw_pipe_wait(&self.pipe, j)
+            job = &self.pipe.jobs[j]
+            if job.status == 1:
+                self.pipe_held = j + 1
+                self.run_data = self.pipe.slot[j % KW_PIPE_SLOTS]
+                return job.produced
+            kw_pipe_release(&self.pipe, j + 1)
+            if job.status == KW_FAILED:
+                raise CorruptRecordError(
+                    f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
+                    f"{position}: {job.msg.decode('ascii', 'replace')}", position=position)
+            # KW_TOO_SMALL: bigger than a slot; done here, with a growing block
+        n = self.decompress_into_scratch(codec, p, n, position)
+        self.run_data = <const uint8_t*>self.scratch
+        return n
+
+    cdef int start_pipe(self, Py_ssize_t pos) except -1:
+        # Hand the compressed batches from `pos` on to a worker, when there are enough of them.
+        cdef Py_ssize_t size, total = 0, slot_cap = _PIPE_MIN_SLOT, need, first
+        cdef int njobs = 0, codec, i
+        cdef int64_t declared
+        cdef kw_job* jobs
+        first = pos
+        while self.end - pos >= _V2_HEADER:
+            size = <int32_t>ld_be32(self.buf + pos + 8)
+            if size < _MIN_ENTRY_SIZE or size > self.end - pos - _LOG_OVERHEAD:
+                break
+            codec = self.buf[pos + 22] & 0x07
+            if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
+                njobs += 1
+                total += size
+            pos += _LOG_OVERHEAD + size
+        if njobs < 2 or _pipe_min_bytes < 0 or total < _pipe_min_bytes:
+            return 0
+        jobs = <kw_job*>malloc(njobs * sizeof(kw_job))
+        if jobs == NULL:
+            return 0
+        pos = first
+        i = 0
+        while i < njobs:
+            size = <int32_t>ld_be32(self.buf + pos + 8)
+            codec = self.buf[pos + 22] & 0x07
+            if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
+                jobs[i].src = self.buf + pos + _V2_HEADER
+                jobs[i].n = _LOG_OVERHEAD + size - _V2_HEADER
+                jobs[i].entry = pos
+                jobs[i].codec = codec
+                jobs[i].status = 0
+                jobs[i].produced = 0
+                jobs[i].msg = NULL
+                declared = _rec_frame_content_size(codec, jobs[i].src, jobs[i].n)
+                need = (<Py_ssize_t>declared if 0 <= declared < _PIPE_MAX_SLOT
+                        else <Py_ssize_t>jobs[i].n * _PIPE_UNDECLARED_EXPANSION)
+                if need > slot_cap:
+                    slot_cap = min(need, <Py_ssize_t>_PIPE_MAX_SLOT)
+                i += 1
+            pos += _LOG_OVERHEAD + size
+        self.pipe.jobs = jobs
+        self.pipe.njobs = njobs
+        self.pipe.slot_cap = slot_cap
+        for i in range(KW_PIPE_SLOTS):     # (the pool may hand out bigger blocks)
+            self.pipe.slot[i] = <uint8_t*>_pool_take(slot_cap, &self.pipe_slot_cap[i])
+            if self.pipe.slot[i] == NULL:
+                self.free_pipe_memory()
+                return 0
+        if kw_pipe_start(&self.pipe) != 0:
+            self.free_pipe_memory()
+            return 0
+        global _pipe_starts
+        _pipe_starts += 1
+        self.pipe_on = True
+        self.pipe_next = 0
+        self.pipe_held = 0
+        self.pipe_pid = getpid()
+        return 0
+
+    cdef void free_pipe_memory(self) noexcept:
+        cdef int i
+        for i in range(KW_PIPE_SLOTS):
+            if self.pipe.slot[i] != NULL:
+                _pool_give(self.pipe.slot[i], self.pipe_slot_cap[i])
+                self.pipe.slot[i] = NULL
+        free(self.pipe.jobs)
+        self.pipe.jobs = NULL
+        self.pipe.njobs = 0
+
+    cdef void stop_pipe(self) noexcept:
+        if not self.pipe_on:
+            return
+        self.pipe_on = False
+        if self.pipe_pid != getpid():
+            return      # a forked child: the worker thread is not ours; leave its memory be
+        with nogil:
+            kw_pipe_stop(&self.pipe)
+        self.free_pipe_memory()
+
     cdef Py_ssize_t decompress_into_scratch(self, int codec, const uint8_t* p, Py_ssize_t n,
                                             Py_ssize_t position) except -1:
         # gzip, lz4 or zstd into self.scratch; returns the uncompressed size.  The block is
         # sized from the frame header when it declares the size, else from the last batch's
         # expansion; when it turns out too small it grows 4x and the batch is decompressed
-        # again (up to 2 GiB, past what Kafka's int32 sizes can describe).
+        # again (up to 2 GiB, past what Kafka's int32 sizes can describe).  lz4 and zstd
+        # use the native libraries (GIL released) when they loaded, else cramjam.
         cdef int64_t declared = _rec_frame_content_size(codec, p, n)
         cdef Py_ssize_t want, got
         cdef double hint = self.expand_hint if self.expand_hint > 0 else 4.0
+        cdef const char* msg = NULL
+        cdef bint native = _native(codec)
         want = <Py_ssize_t>declared if 0 <= declared < _SCRATCH_LIMIT else <Py_ssize_t>(n * hint * 1.25) + 4096
-        src = _rec_view(p, n)
+        src = None if native else _rec_view(p, n)
         fn = (None, _cramjam.gzip.decompress_into, None, _cramjam.lz4.decompress_into,
               _cramjam.zstd.decompress_into)[codec]
         while True:
@@ -653,18 +781,33 @@ cdef class _RecDecoder:
                 if self.scratch == NULL:
                     self.scratch_cap = 0
                     raise MemoryError()
-            try:
-                got = fn(src, PyMemoryView_FromMemory(<char*>self.scratch, self.scratch_cap,
-                                                      PyBUF_WRITE))
-                break
-            except MemoryError:
-                raise
-            except Exception as exc:
-                if not _rec_short_output(exc) or self.scratch_cap >= _SCRATCH_LIMIT:
+            if native:
+                with nogil:
+                    got = kw_inflate(&self.zctx, codec, p, n, <uint8_t*>self.scratch,
+                                     self.scratch_cap, &msg)
+                if got >= 0:
+                    break
+                if got == KW_FAILED:
                     raise CorruptRecordError(
                         f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
-                        f"{position}: {exc}", position=position) from exc
-                want = min(self.scratch_cap * 4, _SCRATCH_LIMIT)
+                        f"{position}: {msg.decode('ascii', 'replace')}", position=position)
+            else:
+                try:
+                    got = fn(src, PyMemoryView_FromMemory(<char*>self.scratch, self.scratch_cap,
+                                                          PyBUF_WRITE))
+                    break
+                except MemoryError:
+                    raise
+                except Exception as exc:
+                    if not _rec_short_output(exc):
+                        raise CorruptRecordError(
+                            f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
+                            f"{position}: {exc}", position=position) from exc
+            if self.scratch_cap >= _SCRATCH_LIMIT:
+                raise CorruptRecordError(
+                    f"{_CODEC_NAMES[codec]} batch at position {position} decompresses to more "
+                    f"than 2 GiB", position=position)
+            want = min(self.scratch_cap * 4, _SCRATCH_LIMIT)
         if n > 0:
             self.expand_hint = <double>got / n
         return got
@@ -673,6 +816,10 @@ cdef class _RecDecoder:
         if self.has_run_view:
             PyBuffer_Release(&self.run_view)
             self.has_run_view = False
+        if self.pipe_held:
+            if self.pipe_on:
+                kw_pipe_release(&self.pipe, self.pipe_held)
+            self.pipe_held = 0
         self.run_active = False
 
     cdef int v2_begin(self, const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end, int32_t count,

@@ -26,6 +26,30 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from kwire.errors import CorruptRecordError, KwireError, UnsupportedCompressionError
+from tests.conftest import CODECS
+
+# The compiled twin decompresses lz4/zstd with the native libraries, on a worker thread when a
+# buffer holds enough compressed batches (kwire/_inflate.pxi).  Test inputs are small, so the
+# record tests run the compiled twin three ways: as shipped, with the worker forced on for
+# any two compressed batches, and with cramjam instead of the native libraries.
+_MODES = {"cython": None, "cython-worker": (True, 0), "cython-cramjam": (False, -1)}
+
+
+@pytest.fixture(params=[pytest.param((p.values[0], m), id=m) for p in CODECS if p.id == "cython"
+                        for m in _MODES] + [p for p in CODECS if p.id == "pure"])
+def codec(request):
+    if not isinstance(request.param, tuple):
+        yield request.param
+        return
+    twin, mode = request.param
+    if _MODES[mode] is None:
+        yield twin
+        return
+    previous = twin._decompression_settings(*_MODES[mode])
+    try:
+        yield twin
+    finally:
+        twin._decompression_settings(*previous)
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 KP_CODEC = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -309,7 +333,7 @@ def test_v2_batches_of_changing_expansion(codec, frame, content_size):
         want += expected(recs, base, leader_epoch=0)
         base += len(recs)
     assert tuples(codec.iter_records(data)) == want
-    assert [tuple(t) for t in column_tuples(codec.decode_columns(data))] == [t[:6] for t in want]
+    assert column_tuples(codec.decode_columns(data)) == [t[:6] for t in want]
 
 
 @pytest.mark.parametrize("declared", [1, 100, 2**40], ids=["too-small", "small", "huge"])
@@ -758,3 +782,115 @@ def test_columns_large_and_growing(codec):
         assert column_tuples(first) == column_tuples(second) == want
         del first, second
         assert column_tuples(codec.decode_columns(data)) == want
+
+
+# --- the decompression worker (compiled twin) ---------------------------------------------------
+
+def _worker_mix(n_batches=60):
+    """Compressed v2 batches of every codec with uncompressed, legacy and control entries in
+    between, all recompressed by the native-independent builders; (data, expected tuples)."""
+    codecs = ["lz4", "zstd", "none", "zstd", "gzip", "lz4", "snappy"]
+    data, want, base = b"", [], 0
+    for i in range(n_batches):
+        recs = [(b"k%d-%d" % (i, j), os.urandom(20) + b"v" * (50 + i), [("h", b"%d" % j)], 1000 + j)
+                for j in range(30 + i % 7)]
+        data += _codec_build(recs, base, codecs[i % len(codecs)])
+        want += expected(recs, base)
+        base += len(recs)
+        if i % 11 == 5:     # a legacy message and a control batch between the batches
+            data += legacy_message(base, 1, b"lk", b"lv", timestamp=77)
+            want.append((base, 77, 0, b"lk", b"lv", [], None, -1, -1))
+            base += 1
+            data += v2_patch(kp_v2([(None, b"\x00\x00\x00\x00\x00\x01", [], 5)], base), attributes_or=0x30)
+            base += 1
+    return data, want
+
+
+def _codec_build(recs, base, compression):
+    from kwire import _pycodec
+    return _pycodec.build_batch(recs, base, compression)
+
+
+@pytest.fixture
+def compiled():
+    from kwire import _impl
+    if _impl.IMPLEMENTATION != "cython":
+        pytest.skip("the compiled twin did not build")  # CI requires it (KWIRE_REQUIRE_EXTENSION)
+    from kwire import _codec
+    previous = _codec._decompression_settings(True, 0)
+    yield _codec
+    _codec._decompression_settings(*previous)
+
+
+def test_worker_mixed_entries(compiled):
+    data, want = _worker_mix()
+    assert compiled.NATIVE_DECOMPRESSION == ("lz4", "zstd")   # what CI installs (libzstd1, liblz4-1)
+    started = compiled._worker_starts()
+    assert tuples(compiled.iter_records(data)) == want
+    assert compiled._worker_starts() == started + 1
+    assert column_tuples(compiled.decode_columns(data)) == [t[:6] for t in want]
+    batches = list(compiled.iter_batches(data))
+    assert [r.to_tuple() for b in batches for r in b.records if not b.is_control] == want
+
+
+def test_worker_corrupt_batch_in_the_middle(compiled):
+    # batch 3 of 8 carries a damaged lz4 frame under a valid CRC: the records before it come
+    # out, then CorruptRecordError points at that batch; the worker does not outlive the error
+    recs = sample_records(40)
+    batches = [kp_v2(recs, 40 * i) for i in range(8)]
+    frames = [bytearray(cramjam.lz4.compress(b[61:])) for b in batches]
+    frames[3][len(frames[3]) // 2] ^= 0xFF
+    frames[3][len(frames[3]) // 2 + 1] ^= 0x55
+    data = b"".join(v2_recompress(b, 3, bytes(f)) for b, f in zip(batches, frames))
+    position = sum(len(v2_recompress(b, 3, bytes(f))) for b, f in zip(batches[:3], frames[:3]))
+    got = []
+    with pytest.raises(CorruptRecordError) as info:
+        for r in compiled.iter_records(data):
+            got.append(r.offset)
+    assert info.value.position == position
+    assert got == list(range(120))
+    with pytest.raises(CorruptRecordError) as info:
+        compiled.decode_columns(data)
+    assert info.value.position == position
+
+
+def test_worker_abandoned_iterators_and_threads(compiled):
+    # iterators dropped half-way (the worker may be mid-batch) and several threads decoding
+    # at once: every result complete, nothing hangs
+    import gc
+    import threading
+
+    data, want = _worker_mix(40)
+    for take in (0, 1, 500, len(want) - 1):
+        it = compiled.iter_records(data)
+        for _ in range(take):
+            next(it)
+        del it
+        gc.collect()
+    results, errors = [], []
+
+    def decode():
+        try:
+            for _ in range(5):
+                results.append(tuples(compiled.iter_records(data)) == want)
+                results.append(column_tuples(compiled.decode_columns(data)) == [t[:6] for t in want])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=decode) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == [] and results and all(results)
+
+
+def test_worker_off_and_cramjam_agree(compiled):
+    # the three ways the compiled twin can decompress give the same records
+    data, want = _worker_mix(30)
+    outcomes = []
+    for native, min_bytes in ((True, 0), (True, -1), (False, -1)):
+        compiled._decompression_settings(native, min_bytes)
+        outcomes.append(tuples(compiled.iter_records(data)))
+    assert outcomes == [want, want, want]

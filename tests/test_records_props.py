@@ -239,12 +239,29 @@ def _alarm(signum, frame):
     raise _CaseTimeout()
 
 
+# The compiled twin's other ways to decompress lz4/zstd (kwire/_inflate.pxi): the worker
+# thread forced on for any two compressed batches, and cramjam instead of the native libraries.
+_DECOMPRESSION_MODES = {"native": None, "worker": (True, 0), "cramjam": (False, -1)}
+
+
 @pytest.mark.timeout(600, method="thread")   # the per-case limit below uses SIGALRM
-@pytest.mark.parametrize("seed_name", sorted(SEEDS))
-def test_fuzz_twins_agree(seed_name):
+@pytest.mark.parametrize("seed_name, mode", [(s, "native") for s in sorted(SEEDS)]
+                         + [(s, m) for s in ("v2-lz4", "v2-zstd") for m in ("worker", "cramjam")])
+def test_fuzz_twins_agree(seed_name, mode):
     rng = random.Random(f"kwire-records-{seed_name}")
     seed = SEEDS[seed_name]
     cases = [seed] + [_mutate(rng, seed) for _ in range(1000)]
+    if _DECOMPRESSION_MODES[mode] is not None:
+        restore = _codec._decompression_settings(*_DECOMPRESSION_MODES[mode])
+        try:
+            _fuzz_cases(seed_name, cases)
+        finally:
+            _codec._decompression_settings(*restore)
+    else:
+        _fuzz_cases(seed_name, cases)
+
+
+def _fuzz_cases(seed_name, cases):
     previous = signal.signal(signal.SIGALRM, _alarm)
     try:
         for i, data in enumerate(cases):
