@@ -59,13 +59,17 @@ def pytest_terminal_summary(terminalreporter):
         w(f"  {label:52s} {_ratio(a, b)}")
     w("")
     w("compressed batches: kwire time / bare decompression time of the same payloads")
+    w("  (bare: the fastest single-threaded decompressor measured; 'added': kwire time minus")
+    w("   decoding the same records uncompressed, over the bare time)")
     for codec in ("lz4", "zstd"):
-        bare = SECONDS.get(f"bare-decompress/{codec}")
+        bares = [v for k, v in SECONDS.items() if k.startswith(f"bare-decompress/{codec}/")]
+        bare = min(bares) if bares else None
         plain = SECONDS.get("records/kwire-cython")
         plain_cols = SECONDS.get("columns-whole/kwire-cython")
         for api, key, base in (("iter_records", f"records-{codec}/kwire-cython", plain),
                                ("decode_columns", f"columns-{codec}/kwire-cython", plain_cols)):
-            t = SECONDS.get(key)
-            if bare and t:
-                extra = f"   (minus uncompressed decode: {(t - base) / bare:4.2f}x)" if base else ""
-                w(f"  {codec:4s} {api:14s} {t / bare:6.2f}x{extra}")
+            for suffix, label in (("", ""), ("-noworker", " (no worker)")):
+                t = SECONDS.get(key + suffix)
+                if bare and t:
+                    extra = f"   added {(t - base) / bare:4.2f}x" if base else ""
+                    w(f"  {codec:4s} {api + label:26s} {t / bare:6.2f}x{extra}")

@@ -152,6 +152,7 @@ cdef extern from *:
         int njobs;
         int done;                           /* jobs finished by the worker */
         int released;                       /* jobs whose slot the decoder gave back */
+        int worker_wants;                   /* the worker sleeps until released reaches this */
         int cancel;
         unsigned char* slot[KW_PIPE_SLOTS];
         size_t slot_cap;
@@ -166,8 +167,13 @@ cdef extern from *:
             const char* msg = NULL;
             Py_ssize_t r;
             pthread_mutex_lock(&p->mu);
-            while (!p->cancel && j - p->released >= KW_PIPE_SLOTS)
-                pthread_cond_wait(&p->cv, &p->mu);
+            if (j - p->released >= KW_PIPE_SLOTS) {
+                /* the ring is full: sleep until half of it is free, not for every slot */
+                p->worker_wants = j - KW_PIPE_SLOTS / 2;
+                while (!p->cancel && p->released < p->worker_wants)
+                    pthread_cond_wait(&p->cv, &p->mu);
+                p->worker_wants = 0;
+            }
             if (p->cancel) { pthread_mutex_unlock(&p->mu); break; }
             pthread_mutex_unlock(&p->mu);
             r = kw_inflate(&p->ctx, job->codec, job->src, job->n, p->slot[j % KW_PIPE_SLOTS],
@@ -185,7 +191,7 @@ cdef extern from *:
 
     /* 0 when the worker runs; the caller filled jobs/njobs/slot/slot_cap */
     static int kw_pipe_start(kw_pipe* p) {
-        p->done = p->released = p->cancel = 0;
+        p->done = p->released = p->cancel = p->worker_wants = 0;
         p->ctx.lz4 = p->ctx.zstd = NULL;
         if (pthread_mutex_init(&p->mu, NULL)) return -1;
         if (pthread_cond_init(&p->cv, NULL)) { pthread_mutex_destroy(&p->mu); return -1; }
@@ -209,7 +215,8 @@ cdef extern from *:
     static void kw_pipe_release(kw_pipe* p, int upto) {
         pthread_mutex_lock(&p->mu);
         if (upto > p->released) p->released = upto;
-        pthread_cond_broadcast(&p->cv);
+        if (p->worker_wants && p->released >= p->worker_wants)
+            pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
 

@@ -13,14 +13,17 @@ xerial), lz4 and zstd.  A truncated entry at the end of ``data`` is skipped (Fet
 are cut at max bytes); malformed data raises :class:`kwire.errors.CorruptRecordError`.
 
 The implementation is the compiled ``kwire._codec`` unless ``KWIRE_PURE=1`` selects the
-pure-Python twin ``kwire._pycodec`` (see :mod:`kwire._impl`).
+pure-Python twin ``kwire._pycodec`` (see :mod:`kwire._impl`).  The compiled codec decompresses
+lz4 and zstd with the native liblz4/libzstd (GIL released; ``NATIVE_DECOMPRESSION`` names the
+codecs it found, ``KWIRE_NATIVE_DECOMPRESSION=0`` turns them off) and, when a buffer holds
+several compressed batches, on a worker thread that runs ahead of the decoding.
 """
 from __future__ import annotations
 
 from ._impl import IMPLEMENTATION, codec_module
 
 __all__ = [
-    "IMPLEMENTATION", "Record", "RecordBatch", "iter_records", "iter_batches", "build_batch",
+    "IMPLEMENTATION", "NATIVE_DECOMPRESSION", "Record", "RecordBatch", "iter_records", "iter_batches", "build_batch",
     "decode_columns", "to_arrow",
 ]
 
@@ -32,6 +35,7 @@ iter_records = _codec.iter_records
 iter_batches = _codec.iter_batches
 build_batch = _codec.build_batch
 decode_columns = _codec.decode_columns
+NATIVE_DECOMPRESSION: tuple = getattr(_codec, "NATIVE_DECOMPRESSION", ())
 
 
 def _validity(pa, np, valid, n):

@@ -3,10 +3,12 @@
 # `make test` works the same on a fresh machine and on one that already has them.
 #   java      PySpark (local[2])
 #   tcpdump   the live capture test of `kwire decode`; editcap (from tshark) converts to pcapng
+#   liblz4-1, libzstd1  the native lz4/zstd the compiled codec loads (tests check it found them;
+#             Debian base systems have both already)
 set -euo pipefail
 
-# usage: system-deps.sh [java] [capture]   (no argument: all of them)
-wanted=" ${*:-java capture} "
+# usage: system-deps.sh [java] [capture] [native]   (no argument: all of them)
+wanted=" ${*:-java capture native} "
 need=()
 if [[ $wanted == *" java "* ]]; then
   command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
@@ -14,6 +16,12 @@ fi
 if [[ $wanted == *" capture "* ]]; then
   command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)
   command -v editcap >/dev/null 2>&1 || need+=(tshark)
+fi
+
+if [[ $wanted == *" native "* ]]; then
+  have() { ldconfig -p 2>/dev/null | grep -q "$1" || ls /usr/lib/*/"$1" /lib/*/"$1" >/dev/null 2>&1; }
+  have liblz4.so.1 || need+=(liblz4-1)
+  have libzstd.so.1 || need+=(libzstd1)
 fi
 
 if [ ${#need[@]} -eq 0 ]; then
