@@ -12,6 +12,8 @@ Contenders (each counts every record of the topic, one Spark task per partition)
 * ``confluent-rdd``       ``mapPartitions`` with a confluent_kafka.Consumer per task (assign,
                           consume(num_messages=10000)), default settings
 * ``confluent-rdd-backoff10``  the same with ``fetch.queue.backoff.ms=10``
+* ``spark-arrow-floor``   not Kafka: ``mapInArrow`` yielding ready-made Arrow batches of the same
+                          shape, i.e. what Spark alone costs to take N records from Python
 
 Ratios against both confluent runs land in each kwire benchmark's ``extra_info``; nothing is
 asserted about time.  ``KWIRE_BENCH_SPARK_RECORDS`` sets N (default 1,000,000);
@@ -176,6 +178,58 @@ def test_kwire_rows_rdd(benchmark, spark, topic):
     ranges = _ranges(bootstrap, t)
     _run(benchmark, "kwire-rows-rdd",
          lambda: ks.kafka_rdd(spark.sparkContext, {"bootstrap.servers": bootstrap}, ranges).count())
+
+
+# --- Spark's own floor: the Arrow hand-over with no Kafka at all ---------------------------------
+
+_FLOOR_CACHE: dict = {}
+
+
+def _floor_batches(partition: int, rows: int):
+    """Record batches in the Kafka schema (8 B keys, VALUE_BYTES values), built once per
+    Python worker so the timing holds only Spark's side."""
+    key = rows          # one set per worker, whichever partitions it gets
+    if key not in _FLOOR_CACHE:
+        import pyarrow as pa
+
+        from kwire.spark.arrow import kafka_arrow_schema
+
+        schema = kafka_arrow_schema(False)
+        out, step = [], 10_000
+        for lo in range(0, rows, step):
+            n = min(step, rows - lo)
+            out.append(pa.record_batch([
+                pa.array([b"%08d" % i for i in range(lo, lo + n)], pa.binary()),
+                pa.array([b"x" * VALUE_BYTES] * n, pa.binary()),
+                pa.array(["bench-topic"] * n, pa.string()),
+                pa.array([partition] * n, pa.int32()),
+                pa.array(range(lo, lo + n), pa.int64()),
+                pa.array([1_700_000_000_000_000] * n, schema.field("timestamp").type),
+                pa.array([0] * n, pa.int32()),
+            ], schema=schema))
+        _FLOOR_CACHE[key] = out
+    return _FLOOR_CACHE[key]
+
+
+def _floor_map(batches):
+    for b in batches:
+        for row in b.to_pylist():
+            yield from _floor_batches(row["partition"], row["rows"])
+
+
+def test_spark_arrow_floor(benchmark, spark, topic):
+    """mapInArrow yielding ready-made batches of the same shape: what any Python DataFrame
+    source pays Spark to hand N records to the JVM (an upper bound for kwire-arrow-df and
+    kwire-data-source on this machine)."""
+    from kwire.spark.schema import kafka_schema
+
+    per = N // PARTITIONS
+    assert per * PARTITIONS == N
+    rows = [(p, per) for p in range(PARTITIONS)]
+    ranges = spark.createDataFrame(spark.sparkContext.parallelize(rows, PARTITIONS), "partition int, rows int")
+    df = ranges.mapInArrow(_floor_map, kafka_schema(False))
+    df.count()  # build the cached batches in the workers
+    _run(benchmark, "spark-arrow-floor", df.count)
 
 
 class _Summary:
