@@ -97,6 +97,7 @@ cdef extern from *:
                                  unsigned char* dst, size_t cap, const char** msg) {
         if (codec == 4) {
             size_t r;
+            if (n == 0) { *msg = "empty zstd payload"; return KW_FAILED; }
             if (!c->zstd && !(c->zstd = kw_z.zstd_create())) { *msg = "out of memory"; return KW_FAILED; }
             r = kw_z.zstd_decompress(c->zstd, dst, cap, src, n);
             if (kw_z.zstd_iserror(r)) {
@@ -263,8 +264,7 @@ cdef extern from *:
 
 cdef enum:
     _PIPE_MIN_SLOT = 1024 * 1024
-    _PIPE_MAX_SLOT = 64 * 1024 * 1024   # bigger batches are decompressed by the decoder itself
-    _PIPE_UNDECLARED_EXPANSION = 8      # slot size for frames that do not declare their size
+    _PIPE_MAX_SLOT = 16 * 1024 * 1024   # bigger batches are decompressed by the decoder itself
 
 
 def _load_native_decompressors():

@@ -370,7 +370,7 @@ cdef int64_t _rec_frame_content_size(int codec, const uint8_t* p, Py_ssize_t n) 
     #   lz4:  magic 04 22 4D 18 | FLG | BD | [content size u64 le, when FLG bit 3] | HC
     cdef uint8_t fhd
     cdef Py_ssize_t pos, fcs
-    cdef int64_t v = 0
+    cdef uint64_t v = 0
     cdef int i
     if codec == 4 and n >= 6 and p[0] == 0x28 and p[1] == 0xB5 and p[2] == 0x2F and p[3] == 0xFD:
         fhd = p[4]
@@ -380,15 +380,21 @@ cdef int64_t _rec_frame_content_size(int codec, const uint8_t* p, Py_ssize_t n) 
         if fcs == 0 or pos + fcs > n:
             return -1
         for i in range(fcs):
-            v |= (<int64_t>p[pos + i]) << (8 * i)
-        return v + 256 if fcs == 2 else v
+            v |= (<uint64_t>p[pos + i]) << (8 * i)
+        if fcs == 2:
+            v += 256
+        return <int64_t>v if v < (<uint64_t>1 << 62) else -1
     if codec == 3 and n >= 15 and p[0] == 0x04 and p[1] == 0x22 and p[2] == 0x4D and p[3] == 0x18:
         if not (p[4] & 0x08):
             return -1
         for i in range(7):
-            v |= (<int64_t>p[6 + i]) << (8 * i)
-        return v if p[13] == 0 else -1      # more than 2^56 bytes is not a size we believe
+            v |= (<uint64_t>p[6 + i]) << (8 * i)
+        return <int64_t>v if p[13] == 0 else -1     # more than 2^56 bytes is not a size we believe
     return -1
+
+
+cdef int _rec_busy() except -1:
+    raise RuntimeError("a kwire record iterator was advanced by two threads at once")
 
 
 cdef bint _rec_short_output(exc):
@@ -478,6 +484,7 @@ cdef class _RecDecoder:
     cdef int pipe_next              # the next job the decoder takes
     cdef int pipe_held              # jobs [0, pipe_held) may be given back once the run ends
     cdef long pipe_pid
+    cdef bint busy                  # inside next_entry: another thread must not enter
     cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
@@ -535,6 +542,8 @@ cdef class _RecDecoder:
         cdef Py_ssize_t remaining = self.end - start
         cdef int32_t size
         cdef int magic
+        if self.busy:
+            _rec_busy()
         self.records = None
         if remaining < _LOG_OVERHEAD:
             self.pos = self.end
@@ -543,6 +552,7 @@ cdef class _RecDecoder:
         size = <int32_t>ld_be32(self.buf + start + 8)
         if size < _MIN_ENTRY_SIZE:
             self.pos = self.end
+            self.stop_pipe()
             raise CorruptRecordError(
                 f"entry at position {start} has size {size}, smaller than any record",
                 position=start + 8)
@@ -552,6 +562,9 @@ cdef class _RecDecoder:
             return 0
         magic = self.buf[start + 16]
         self.in_decompressed = False
+        # The GIL is released inside (decompression, CRC of big batches, waiting for the
+        # worker): a second thread advancing this decoder meanwhile is refused.
+        self.busy = True
         try:
             if magic == 2:
                 self.decode_v2(start, start + _LOG_OVERHEAD + size, e)
@@ -570,6 +583,8 @@ cdef class _RecDecoder:
             self.stop_pipe()
             self.pos = self.end
             raise
+        finally:
+            self.busy = False
         self.pos = start + _LOG_OVERHEAD + size
         return 1
 
@@ -654,9 +669,12 @@ cdef class _RecDecoder:
         # worker's slot when it decompressed this batch, else into self.scratch.
         cdef kw_job* job
         cdef int j
-        if not self.pipe_tried and _native(codec):
+        if not self.pipe_tried and _native(codec) and self.expand_hint > 0:
+            # the first compressed batch was done here and told how well they compress
             self.pipe_tried = True
             self.start_pipe(position)
+        if self.pipe_on and self.pipe_pid != getpid():
+            self.stop_pipe()        # a forked child: the worker thread stayed in the parent
         if self.pipe_on and self.pipe_next < self.pipe.njobs \
                 and self.pipe.jobs[self.pipe_next].entry == position:
             j = self.pipe_next
@@ -678,47 +696,57 @@ cdef class _RecDecoder:
         self.run_data = <const uint8_t*>self.scratch
         return n
 
+    cdef Py_ssize_t job_estimate(self, int codec, const uint8_t* src, Py_ssize_t n) noexcept:
+        # The slot a batch needs: its declared size, else its size at the expansion seen so
+        # far (+50%); -1 when that is more than a slot may be (the decoder does it then).
+        cdef int64_t declared = _rec_frame_content_size(codec, src, n)
+        cdef double est
+        if declared >= 0:
+            return <Py_ssize_t>declared if declared <= _PIPE_MAX_SLOT else -1
+        est = n * self.expand_hint * 1.5 + 4096
+        return <Py_ssize_t>est if est <= _PIPE_MAX_SLOT else -1
+
     cdef int start_pipe(self, Py_ssize_t pos) except -1:
         # Hand the compressed batches from `pos` on to a worker, when there are enough of them.
-        cdef Py_ssize_t size, total = 0, slot_cap = _PIPE_MIN_SLOT, need, first
-        cdef int njobs = 0, codec, i
-        cdef int64_t declared
-        cdef kw_job* jobs
-        first = pos
-        while self.end - pos >= _V2_HEADER:
-            size = <int32_t>ld_be32(self.buf + pos + 8)
-            if size < _MIN_ENTRY_SIZE or size > self.end - pos - _LOG_OVERHEAD:
-                break
-            codec = self.buf[pos + 22] & 0x07
-            if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
-                njobs += 1
-                total += size
-            pos += _LOG_OVERHEAD + size
-        if njobs < 2 or _pipe_min_bytes < 0 or total < _pipe_min_bytes:
-            return 0
-        jobs = <kw_job*>malloc(njobs * sizeof(kw_job))
-        if jobs == NULL:
-            return 0
-        pos = first
-        i = 0
-        while i < njobs:
-            size = <int32_t>ld_be32(self.buf + pos + 8)
-            codec = self.buf[pos + 22] & 0x07
-            if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
-                jobs[i].src = self.buf + pos + _V2_HEADER
-                jobs[i].n = _LOG_OVERHEAD + size - _V2_HEADER
-                jobs[i].entry = pos
-                jobs[i].codec = codec
-                jobs[i].status = 0
-                jobs[i].produced = 0
-                jobs[i].msg = NULL
-                declared = _rec_frame_content_size(codec, jobs[i].src, jobs[i].n)
-                need = (<Py_ssize_t>declared if 0 <= declared < _PIPE_MAX_SLOT
-                        else <Py_ssize_t>jobs[i].n * _PIPE_UNDECLARED_EXPANSION)
-                if need > slot_cap:
-                    slot_cap = min(need, <Py_ssize_t>_PIPE_MAX_SLOT)
-                i += 1
-            pos += _LOG_OVERHEAD + size
+        # Two passes over the entry headers (both bounds-checked the same way): count, fill.
+        cdef Py_ssize_t size, total = 0, slot_cap = _PIPE_MIN_SLOT, est, first = pos
+        cdef int njobs = 0, codec, i, npass
+        cdef kw_job* jobs = NULL
+        for npass in range(2):
+            pos = first
+            i = 0
+            while self.end - pos >= _V2_HEADER:
+                size = <int32_t>ld_be32(self.buf + pos + 8)
+                if size < _MIN_ENTRY_SIZE or size > self.end - pos - _LOG_OVERHEAD:
+                    break
+                codec = self.buf[pos + 22] & 0x07
+                if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
+                    est = self.job_estimate(codec, self.buf + pos + _V2_HEADER,
+                                            _LOG_OVERHEAD + size - _V2_HEADER)
+                    if est >= 0:
+                        if npass == 0:
+                            njobs += 1
+                            total += size
+                            if est > slot_cap:
+                                slot_cap = est
+                        else:
+                            jobs[i].src = self.buf + pos + _V2_HEADER
+                            jobs[i].n = _LOG_OVERHEAD + size - _V2_HEADER
+                            jobs[i].entry = pos
+                            jobs[i].codec = codec
+                            jobs[i].status = 0
+                            jobs[i].produced = 0
+                            jobs[i].msg = NULL
+                            i += 1
+                pos += _LOG_OVERHEAD + size
+            if npass == 0:
+                # one job is worth a thread only when the tests force the worker on
+                if (njobs == 0 or _pipe_min_bytes < 0 or total < _pipe_min_bytes
+                        or (njobs < 2 and _pipe_min_bytes > 0)):
+                    return 0
+                jobs = <kw_job*>malloc(njobs * sizeof(kw_job))
+                if jobs == NULL:
+                    return 0
         self.pipe.jobs = jobs
         self.pipe.njobs = njobs
         self.pipe.slot_cap = slot_cap
@@ -749,13 +777,15 @@ cdef class _RecDecoder:
         self.pipe.njobs = 0
 
     cdef void stop_pipe(self) noexcept:
+        # Called with no slot in use (after release_run).  In a forked child the worker
+        # thread does not exist (and its lock may be frozen held): no join, just the memory,
+        # which is the child's own copy.
         if not self.pipe_on:
             return
         self.pipe_on = False
-        if self.pipe_pid != getpid():
-            return      # a forked child: the worker thread is not ours; leave its memory be
-        with nogil:
-            kw_pipe_stop(&self.pipe)
+        if self.pipe_pid == getpid():
+            with nogil:
+                kw_pipe_stop(&self.pipe)
         self.free_pipe_memory()
 
     cdef Py_ssize_t decompress_into_scratch(self, int codec, const uint8_t* p, Py_ssize_t n,
@@ -770,7 +800,12 @@ cdef class _RecDecoder:
         cdef double hint = self.expand_hint if self.expand_hint > 0 else 4.0
         cdef const char* msg = NULL
         cdef bint native = _native(codec)
-        want = <Py_ssize_t>declared if 0 <= declared < _SCRATCH_LIMIT else <Py_ssize_t>(n * hint * 1.25) + 4096
+        if 0 <= declared < _SCRATCH_LIMIT:
+            want = <Py_ssize_t>declared
+        else:   # the last batch's expansion (at most 16x: the growth below handles the rest)
+            want = <Py_ssize_t>(n * min(hint, 16.0) * 1.25) + 4096
+            if want > _SCRATCH_LIMIT or want < 0:
+                want = _SCRATCH_LIMIT
         src = None if native else _rec_view(p, n)
         fn = (None, _cramjam.gzip.decompress_into, None, _cramjam.lz4.decompress_into,
               _cramjam.zstd.decompress_into)[codec]
@@ -817,7 +852,7 @@ cdef class _RecDecoder:
             PyBuffer_Release(&self.run_view)
             self.has_run_view = False
         if self.pipe_held:
-            if self.pipe_on:
+            if self.pipe_on and self.pipe_pid == getpid():
                 kw_pipe_release(&self.pipe, self.pipe_held)
             self.pipe_held = 0
         self.run_active = False
@@ -861,6 +896,8 @@ cdef class _RecDecoder:
 
     cdef Record lazy_next(self):
         # The next record of the active run, or None once the run is over (and checked).
+        if self.busy:
+            _rec_busy()
         try:
             if self.run.remaining > 0:
                 return self.v2_next()
@@ -868,6 +905,7 @@ cdef class _RecDecoder:
         except BaseException as exc:
             compressed = self.in_decompressed
             self.release_run()
+            self.stop_pipe()
             self.pos = self.end
             if isinstance(exc, ProtocolError):
                 raise _rec_rewrap(exc, self.run_start, compressed)

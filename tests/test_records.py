@@ -894,3 +894,109 @@ def test_worker_off_and_cramjam_agree(compiled):
         compiled._decompression_settings(native, min_bytes)
         outcomes.append(tuples(compiled.iter_records(data)))
     assert outcomes == [want, want, want]
+
+
+def test_expansion_guess_after_a_highly_compressible_batch(codec):
+    # 16 MiB of zeros (undeclared size: ratio ~ thousands) then 300 KB of random bytes: the
+    # second batch's block must not be sized from the first one's ratio (that was 40 GB)
+    cz = zstandard.ZstdCompressor(write_content_size=False)
+    b1 = kp_v2([(b"k", b"\0" * (16 << 20), [], 1)])
+    b2 = kp_v2([(b"k", os.urandom(300_000), [], 1)], 1)
+    data = v2_recompress(b1, 4, cz.compress(b1[61:])) + v2_recompress(b2, 4, cz.compress(b2[61:]))
+    got = [(r.offset, len(r.value)) for r in codec.iter_records(data)]
+    assert got == [(0, 16 << 20), (1, 300_000)]
+
+
+@pytest.mark.parametrize("codec_id", [3, 4], ids=["lz4", "zstd"])
+def test_empty_compressed_payload_is_corrupt(codec, codec_id):
+    # a compressed batch must carry a frame, even for zero records
+    plain = kp_v2([])
+    data = v2_recompress(plain, codec_id, b"")
+    with pytest.raises(CorruptRecordError) as info:
+        list(codec.iter_batches(data))
+    assert info.value.position == 0
+
+
+def test_worker_iterator_shared_by_threads(compiled):
+    # an iterator is not thread-safe, but two threads advancing one at once get RuntimeError
+    # (like a generator that is already executing), never a crash: run in a child process
+    script = (
+        "import threading, sys\n"
+        "sys.path.insert(0, %r)\n"
+        "from tests.test_records import _worker_mix\n"
+        "from kwire import _codec\n"
+        "_codec._decompression_settings(True, 0)\n"
+        "data, want = _worker_mix(60)\n"
+        "bad = []\n"
+        "for trial in range(20):\n"
+        "    it = _codec.iter_records(data)\n"
+        "    def run():\n"
+        "        try:\n"
+        "            for _ in it: pass\n"
+        "        except RuntimeError as exc:\n"
+        "            assert 'two threads' in str(exc), exc\n"
+        "        except BaseException as exc:\n"
+        "            bad.append(repr(exc))\n"
+        "    ts = [threading.Thread(target=run) for _ in range(3)]\n"
+        "    [t.start() for t in ts]; [t.join(30) for t in ts]\n"
+        "    assert not any(t.is_alive() for t in ts)\n"
+        "print('bad', bad)\n"
+        "sys.exit(1 if bad else 0)\n" % os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _task_count():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_worker_gone_after_an_error_with_the_iterator_kept(compiled):
+    recs = sample_records(40)
+    batches = [kp_v2(recs, 40 * i) for i in range(12)]
+    frames = [bytearray(cramjam.lz4.compress(b[61:])) for b in batches]
+    frames[6][len(frames[6]) // 2] ^= 0xFF
+    data = b"".join(v2_recompress(b, 3, bytes(f)) for b, f in zip(batches, frames))
+    before = _task_count()
+    started = compiled._worker_starts()
+    it = compiled.iter_records(data)
+    with pytest.raises(CorruptRecordError):
+        for _ in it:
+            pass
+    assert compiled._worker_starts() == started + 1
+    assert _task_count() == before        # joined, though `it` is still alive
+    assert list(it) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_worker_fork_child_goes_on_alone(compiled):
+    # fork while a worker is running ahead: the child finishes the iteration without it
+    import signal
+    import time
+
+    data, want = _worker_mix(60)
+    started = compiled._worker_starts()
+    it = compiled.iter_records(data)
+    got = []
+    while compiled._worker_starts() == started:
+        got.append(next(it).to_tuple())
+    time.sleep(0.2)                      # the worker fills its ring and sleeps on the lock
+    pid = os.fork()
+    if pid == 0:                         # the child: exit status tells the parent
+        signal.alarm(20)
+        try:
+            ok = got + [r.to_tuple() for r in it] == want
+        except BaseException:
+            ok = False
+        os._exit(0 if ok else 3)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert got + [r.to_tuple() for r in it] == want
