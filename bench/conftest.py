@@ -8,6 +8,13 @@ import pytest
 
 RESULTS: dict[str, float] = {}   # name -> items per second (best round)
 SECONDS: dict[str, float] = {}   # name -> best round, seconds
+COMPRESSED: dict[tuple, tuple] = {}  # (codec, api, worker) -> (ratio to bare, added ratio)
+
+
+@pytest.fixture
+def compressed_ratios():
+    """Where test_bench_records puts its interleaved compressed-vs-bare ratios."""
+    return COMPRESSED
 
 
 @pytest.fixture
@@ -58,18 +65,11 @@ def pytest_terminal_summary(terminalreporter):
     for label, a, b in rows:
         w(f"  {label:52s} {_ratio(a, b)}")
     w("")
-    w("compressed batches: kwire time / bare decompression time of the same payloads")
-    w("  (bare: the fastest single-threaded decompressor measured; 'added': kwire time minus")
-    w("   decoding the same records uncompressed, over the bare time)")
-    for codec in ("lz4", "zstd"):
-        bares = [v for k, v in SECONDS.items() if k.startswith(f"bare-decompress/{codec}/")]
-        bare = min(bares) if bares else None
-        plain = SECONDS.get("records/kwire-cython")
-        plain_cols = SECONDS.get("columns-whole/kwire-cython")
-        for api, key, base in (("iter_records", f"records-{codec}/kwire-cython", plain),
-                               ("decode_columns", f"columns-{codec}/kwire-cython", plain_cols)):
-            for suffix, label in (("", ""), ("-noworker", " (no worker)")):
-                t = SECONDS.get(key + suffix)
-                if bare and t:
-                    extra = f"   added {(t - base) / bare:4.2f}x" if base else ""
-                    w(f"  {codec:4s} {api + label:26s} {t / bare:6.2f}x{extra}")
+    if COMPRESSED:
+        w("compressed batches: kwire time / bare decompression time of the same payloads")
+        w("  (measured interleaved, best vs best; bare: the faster of cramjam into a reused block")
+        w("   and the lz4/zstandard wheels; added: kwire time minus decoding the same records")
+        w("   uncompressed, over the bare time)")
+        for (codec, api, worker), (ratio, added) in sorted(COMPRESSED.items()):
+            label = api + (" (no worker)" if worker else "")
+            w(f"  {codec:4s} {label:26s} {ratio:6.2f}x   added {added:5.2f}x")
