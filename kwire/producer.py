@@ -189,7 +189,7 @@ class DeliveryReport:
 
 class _Batch:
     __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
-                 "next_attempt_ms")
+                 "next_attempt_ms", "stale_metadata_ms")
 
     def __init__(self, tp: tuple[str, int], now: int):
         self.tp = tp
@@ -200,6 +200,8 @@ class _Batch:
         self.payload: bytes | None = None
         self.attempts = 0
         self.next_attempt_ms = 0
+        # after NOT_LEADER & co: the metadata's updated_ms then; the retry waits for newer
+        self.stale_metadata_ms = -1
 
 
 def _to_bytes(value, what: str) -> bytes | None:
@@ -420,7 +422,9 @@ class Producer:
         for tp, q in self._batches.items():
             if q and tp not in self._busy:
                 b = q[0]
-                if b.attempts:
+                if b.attempts and 0 <= b.stale_metadata_ms >= self._md.updated_ms:
+                    t = min(t, now + self._retry_backoff_ms)  # the refresh's answer wakes us first
+                elif b.attempts:
                     t = min(t, b.next_attempt_ms)
                 elif not flushing:
                     t = min(t, b.created_ms + self._linger_ms)
@@ -497,6 +501,13 @@ class Producer:
             b = q[0]
             if b.attempts and now < b.next_attempt_ms:
                 continue
+            if b.stale_metadata_ms >= 0:
+                # the leader was wrong: retry only once metadata newer than that answer came
+                # (else the retry goes to the same stale leader, as a race with the refresh)
+                if self._md.updated_ms <= b.stale_metadata_ms:
+                    self._md.request_update()
+                    continue
+                b.stale_metadata_ms = -1
             if not (flushing or b.closed or len(q) > 1 or b.attempts or
                     now - b.created_ms >= self._linger_ms):
                 continue
@@ -572,6 +583,7 @@ class Producer:
                 err = for_code(code, pr.get("error_message"))
                 if err.invalid_metadata:
                     self._md.request_update()
+                    b.stale_metadata_ms = self._md.updated_ms
                 self._retry_or_fail(b, err, now)
                 continue
             base = pr["base_offset"]
