@@ -296,7 +296,9 @@ NATIVE_DECOMPRESSION = _load_native_decompressors()
 cdef bint _NATIVE_LZ4 = "lz4" in NATIVE_DECOMPRESSION
 cdef bint _NATIVE_ZSTD = "zstd" in NATIVE_DECOMPRESSION
 # compressed bytes ahead that make a worker worth starting (a thread costs ~30 us)
-cdef Py_ssize_t _pipe_min_bytes = 128 * 1024
+import os as _os
+cdef Py_ssize_t _pipe_min_bytes = (128 * 1024 if _os.environ.get("KWIRE_DECOMPRESSION_WORKER", "1") != "0"
+                                   else -1)
 cdef Py_ssize_t _pipe_starts = 0        # workers started so far (tests check the path ran)
 
 

@@ -1000,3 +1000,22 @@ def test_worker_fork_child_goes_on_alone(compiled):
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     assert got + [r.to_tuple() for r in it] == want
+
+
+def test_environment_switches_native_and_worker_off():
+    # KWIRE_NATIVE_DECOMPRESSION=0: cramjam only; KWIRE_DECOMPRESSION_WORKER=0: no worker
+    # thread (e.g. on executors whose cores are all busy with tasks)
+    from kwire import _impl
+    if _impl.IMPLEMENTATION != "cython":
+        pytest.skip("the compiled twin did not build")
+    code = ("from kwire import _codec; print(_codec.NATIVE_DECOMPRESSION, "
+            "_codec._decompression_settings())")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outs = {}
+    for env in ({}, {"KWIRE_NATIVE_DECOMPRESSION": "0"}, {"KWIRE_DECOMPRESSION_WORKER": "0"}):
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                              env={**os.environ, **env}, timeout=60, check=True)
+        outs[tuple(env)] = done.stdout.strip()
+    assert outs[()] == "('lz4', 'zstd') (True, 131072)"
+    assert outs[("KWIRE_NATIVE_DECOMPRESSION",)] == "() (False, 131072)"
+    assert outs[("KWIRE_DECOMPRESSION_WORKER",)] == "('lz4', 'zstd') (True, -1)"
