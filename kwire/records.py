@@ -17,6 +17,11 @@ pure-Python twin ``kwire._pycodec`` (see :mod:`kwire._impl`).  The compiled code
 lz4 and zstd with the native liblz4/libzstd (GIL released; ``NATIVE_DECOMPRESSION`` names the
 codecs it found, ``KWIRE_NATIVE_DECOMPRESSION=0`` turns them off) and, when a buffer holds
 several compressed batches, on a worker thread that runs ahead of the decoding.
+
+Integrity comes from the batch CRC (``check_crc=True``, the default).  With it switched off a
+damaged batch can decode to wrong bytes instead of raising, like any unchecked data; for zstd
+frames without a checksum, how much damage the decompressor itself notices depends on the
+libzstd version (Debian 12's 1.5.4 notices less than the newer copy inside cramjam).
 """
 from __future__ import annotations
 
