@@ -314,3 +314,48 @@ def test_group_coordinator_move_is_rediscovered(unique_topic):
             committed = c.committed([TopicPartition(unique_topic, 0)], timeout=10)
             assert committed[0].offset == n
         assert [r.offset for r in got] == list(range(n))
+
+
+PRODUCE = 0
+METADATA = 3
+NOT_LEADER_OR_FOLLOWER = 6
+
+
+def test_produce_retry_after_not_leader_waits_for_fresh_metadata(unique_topic):
+    """librdkafka's mock cluster answers the next Produce requests with
+    NOT_LEADER_OR_FOLLOWER six times (rd_kafka_mock_push_request_errors): every retry is sent only after
+    a Metadata answer that came in after the failure, and the records land once, in order."""
+    with ControlledMockCluster(3) as mc:
+        warm = confluent_kafka.Producer({"bootstrap.servers": mc.bootstrap})
+        warm.produce(unique_topic, b"first", partition=0)
+        assert warm.flush(20) == 0
+        events = []
+        reports = []
+        with kwire.Producer({"bootstrap.servers": mc.bootstrap, "retry.backoff.ms": 20, "linger.ms": 0},
+                      tracer=events.append) as p:
+            p.produce(unique_topic, b"warm-up", partition=0)        # metadata and connections
+            assert p.flush(20) == 0
+            mc.push_request_errors(PRODUCE, NOT_LEADER_OR_FOLLOWER, 6)
+            start = len(events)
+            for i in range(3):
+                p.produce(unique_topic, b"v%d" % i, partition=0,
+                          on_delivery=lambda err, m: reports.append((err, m.offset(), m.value())))
+            assert p.flush(20) == 0
+        assert [(e, v) for e, _, v in reports] == [(None, b"v0"), (None, b"v1"), (None, b"v2")]
+        offsets = [o for _, o, _ in reports]
+        assert offsets == list(range(offsets[0], offsets[0] + 3)) and offsets[0] >= 2
+        seen = [(e["direction"], e["api"], e["body"]) for e in events[start:]
+                if e["api"] in ("Produce", "Metadata")]
+        produce_answers = [b for d, a, b in seen if d == "recv" and a == "Produce"]
+        codes = [p["error_code"] for b in produce_answers for t in b["responses"]
+                 for p in t["partition_responses"]]
+        assert codes[:6] == [NOT_LEADER_OR_FOLLOWER] * 6 and codes[-1] == 0
+        # after each failed answer, a Metadata answer comes before the next Produce is sent
+        failed = False
+        for d, a, b in seen:
+            if a == "Produce" and d == "recv":
+                failed = any(p["error_code"] for t in b["responses"] for p in t["partition_responses"])
+            elif a == "Metadata" and d == "recv":
+                failed = False
+            elif a == "Produce" and d == "send":
+                assert not failed, "a Produce retry went out before fresh metadata arrived"
