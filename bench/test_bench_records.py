@@ -73,10 +73,9 @@ def _kwire(codec, data, check_crc=True):
     _consume(codec.iter_records(data, check_crc), maxlen=0)
 
 
-def _aiokafka(data, check_crc=True):
-    from aiokafka.record.memory_records import MemoryRecords
-
-    records = MemoryRecords(data)
+def _peer_loop(memory_records_cls, data, check_crc):
+    # aiokafka and kafka-python share the MemoryRecords / next_batch / validate_crc shape
+    records = memory_records_cls(data)
     while True:
         batch = records.next_batch()
         if batch is None:
@@ -84,19 +83,16 @@ def _aiokafka(data, check_crc=True):
         if check_crc and not batch.validate_crc():
             raise ValueError("crc")
         _consume(batch, maxlen=0)
+
+
+def _aiokafka(data, check_crc=True):
+    from aiokafka.record.memory_records import MemoryRecords
+    _peer_loop(MemoryRecords, data, check_crc)
 
 
 def _kafka_python(data, check_crc=True):
     from kafka.record.memory_records import MemoryRecords
-
-    records = MemoryRecords(data)
-    while True:
-        batch = records.next_batch()
-        if batch is None:
-            return
-        if check_crc and not batch.validate_crc():
-            raise ValueError("crc")
-        _consume(batch, maxlen=0)
+    _peer_loop(MemoryRecords, data, check_crc)
 
 
 def test_records_kwire_cython(benchmark, report):

@@ -438,19 +438,20 @@ class _Decoder:
             else:
                 raise CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
                                          position=start + 16)
-        except ProtocolError as exc:
-            self.run = None
-            self.pos = self.end
-            new = _rewrap(exc, start, self.in_decompressed)
+        except BaseException as exc:
+            new = self._abort(exc, start, self.in_decompressed)
             if new is exc:
                 raise
             raise new from exc
-        except BaseException:
-            self.run = None
-            self.pos = self.end
-            raise
         self.pos = start + _LOG_OVERHEAD + size
         return e
+
+    def _abort(self, exc, start, compressed):
+        """End the walk after a failure; the exception to raise (ours rewrapped with the
+        entry's position, anything else as it is)."""
+        self.run = None
+        self.pos = self.end
+        return _rewrap(exc, start, compressed) if isinstance(exc, ProtocolError) else exc
 
     def decode_v2(self, start, end, e):
         buf = self.buf
@@ -540,17 +541,11 @@ class _Decoder:
                 else:
                     self.v2_end(run)
                     r = None
-            except ProtocolError as exc:
-                self.run = None
-                self.pos = self.end
-                new = _rewrap(exc, self.run_start, run.compressed)
+            except BaseException as exc:
+                new = self._abort(exc, self.run_start, run.compressed)
                 if new is exc:
                     raise
                 raise new from exc
-            except BaseException:
-                self.run = None
-                self.pos = self.end
-                raise
             if r is None:
                 self.run = None
                 return
