@@ -8,7 +8,8 @@
 #   float64   8-byte IEEE 754, big-endian       uuid: 16 raw bytes
 #   string    int16 length (-1 null) + UTF-8    | flexible: uvarint(length + 1), 0 = null
 #   bytes     int32 length (-1 null) + bytes    | flexible: uvarint(length + 1), 0 = null
-#   records   as bytes (a record-batch blob, decoded separately by kwire.records)
+#   records   as bytes (a record-batch blob, decoded separately by kwire.records); decoded as a
+#             read-only memoryview of the message buffer, not a copy
 #   array     int32 count (-1 null) + elements  | flexible: uvarint(count + 1), 0 = null
 #   struct    its fields in order; a nullable struct is preceded by int8 (-1 null, 1 present)
 #   flexible structs end with tagged fields:
@@ -89,6 +90,7 @@ cdef class _Plan:
     cdef list ops                # untagged fields, wire order
     cdef list tagged             # tagged fields (flexible versions)
     cdef bint flexible
+    cdef bint has_records        # a records field, here or in a nested struct
     cdef object plan_tuple       # keeps the source tuple alive while it keys the cache
 
 
@@ -144,8 +146,28 @@ cdef _Plan _compile(tuple plan):
     p.ops = [_compile_op(op) for op in plan[0]]
     p.tagged = [_compile_op(op) for op in plan[1]]
     p.flexible = plan[2]
+    p.has_records = any(_op_has_records(o) for o in p.ops) or any(_op_has_records(o) for o in p.tagged)
     _COMPILED[id(plan)] = p
     return p
+
+
+cdef bint _op_has_records(_Op o):
+    if o.code == C_RECORDS:
+        return True
+    if o.plan is not None:
+        return o.plan.has_records
+    return o.elem is not None and _op_has_records(o.elem)
+
+
+cdef object _records_owner(object data, _Plan plan):
+    # Record sets are handed out as views of the message's buffer, not copies: a Fetch answer is
+    # mostly records, and copying them would double the memory traffic of every fetch.
+    if not plan.has_records:
+        return None
+    cdef object mv = PyMemoryView_FromObject(data)
+    if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    return mv.toreadonly()
 
 
 cdef object _rd_value(Cursor* c, _Op op):
@@ -193,6 +215,10 @@ cdef object _rd_value(Cursor* c, _Op op):
         n = _rd_length(c, op.flexible, 4, op.nullable or code == C_RECORDS, "bytes")
         if n < 0:
             return None
+        if code == C_RECORDS and c.owner != NULL:
+            _need(c, n)
+            c.pos += n
+            return (<object>c.owner)[c.pos - n:c.pos]
         return rd_bytes_n(c, n)
     if code == C_BOOL:
         return rd_i8(c) != 0
@@ -250,9 +276,11 @@ def decode_struct(tuple plan, data, Py_ssize_t pos=0, Py_ssize_t end=-1):
     cdef Py_buffer view
     cdef Cursor c
     cdef _Plan compiled = _compile(plan)
+    cdef object owner = _records_owner(data, compiled)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         c.buf = <const uint8_t*>view.buf
+        c.owner = <PyObject*>owner if owner is not None else NULL
         c.end = view.len if end < 0 else min(end, view.len)
         if pos < 0 or pos > c.end:
             raise TruncatedError(f"start position {pos} is outside the buffer", position=pos)
@@ -268,9 +296,11 @@ def decode_message(tuple plan, data):
     cdef Py_buffer view
     cdef Cursor c
     cdef _Plan compiled = _compile(plan)
+    cdef object owner = _records_owner(data, compiled)
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         c.buf = <const uint8_t*>view.buf
+        c.owner = <PyObject*>owner if owner is not None else NULL
         c.pos = 0
         c.end = view.len
         value = _rd_struct(&c, compiled)

@@ -11,12 +11,16 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.ref cimport PyObject
+from cpython.memoryview cimport PyMemoryView_FromObject
 
 
 cdef struct Cursor:
     const uint8_t* buf   # start of the buffer (for error positions)
     Py_ssize_t pos       # next byte to read
     Py_ssize_t end       # one past the last readable byte
+    PyObject* owner      # message decoding only: a read-only byte memoryview of the same
+                         # buffer (borrowed), that `records` fields are sliced from; or NULL
 
 
 cdef inline int _truncated(Cursor* c, Py_ssize_t n) except -1:

@@ -64,6 +64,83 @@ def test_frame_reader_byte_by_byte_and_direct_buffer():
     assert out == [b"hi", big]
 
 
+def _read_frame(r: FrameReader, payload: bytes, piece: int = 100_000):
+    """Feed one frame the way the network client does (prefix through feed, the rest direct)."""
+    data = struct.pack(">i", len(payload)) + payload
+    out = r.feed(data[:10])
+    pos = 10
+    while not out:
+        buf = r.direct_buffer()
+        if buf is None:
+            out = r.feed(data[pos:])
+            break
+        n = min(len(buf), piece, len(data) - pos)
+        buf[:n] = data[pos:pos + n]
+        pos += n
+        out = r.direct_filled(n)
+    assert len(out) == 1
+    return out[0]
+
+
+def test_frame_reader_payloads_are_exact_read_only_views():
+    r = FrameReader(1 << 24)
+    for size in (0, 5, 70_000, 300_000):
+        payload = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+        got = _read_frame(r, payload)
+        assert isinstance(got, memoryview) and got.readonly and len(got) == size and got == payload
+        with pytest.raises(TypeError):
+            got[:1] = b"x" if size else b""
+
+
+def test_frame_reader_recycles_large_buffers_nobody_references():
+    from kwire.net import framing
+    r = FrameReader(1 << 26)
+    a = _read_frame(r, b"a" * 300_000)
+    assert r.recycled == 0
+    del a  # dropped: its buffer goes to the next large frame, even a slightly larger one
+    b = _read_frame(r, b"b" * 320_000)
+    assert r.recycled == 1 and b == b"b" * 320_000
+    c = _read_frame(r, b"c" * 200_000)  # b is still held: c gets another buffer
+    assert r.recycled == 1 and b == b"b" * 320_000 and c == b"c" * 200_000
+    del c
+    d = _read_frame(r, b"d" * 250_000)  # c's buffer (225 KB with headroom) is too small
+    assert r.recycled == 1 and d == b"d" * 250_000 and b == b"b" * 320_000
+    del d
+    d = _read_frame(r, b"d" * 210_000)  # the smallest free one that fits: c's, not d's
+    assert r.recycled == 2 and d == b"d" * 210_000 and b == b"b" * 320_000
+    assert len(d.obj) == 200_000 * 9 // 8  # c's buffer: grown with 1/8 headroom for reuse
+    # a view derived from a payload (as Fetch records are) keeps its buffer out of reuse too
+    tail = d[100_000:]
+    del d
+    e = _read_frame(r, b"e" * 210_000)  # d's buffer would be the best fit, were it free
+    assert tail == b"d" * 110_000 and e == b"e" * 210_000 and e.obj is not tail.obj
+    assert r.recycled == 3  # the free 262 KB one
+    # small payloads are never recycled, and huge ones are not remembered
+    del b, e, tail
+    n = r.recycled
+    assert _read_frame(r, b"s" * 1000) == b"s" * 1000 and r.recycled == n
+    big = framing.SPARE_MAX_BYTES * 2
+    assert _read_frame(r, b"h" * big, piece=1 << 22) == b"h" * big
+    assert all(len(x) <= framing.SPARE_MAX_BYTES * 9 // 8 for x in r._spares)
+    assert len(r._spares) <= framing.SPARE_BUFFERS
+
+
+def test_frame_reader_never_reads_past_a_recycled_buffers_payload():
+    """A recycled buffer may be larger than the next payload: the direct read window stops at
+    the payload's end, so the next frame's bytes go to the next frame."""
+    r = FrameReader(1 << 24)
+    del_me = _read_frame(r, b"x" * 400_000)
+    del del_me
+    data = struct.pack(">i", 200_000) + b"y" * 200_000 + struct.pack(">i", 3) + b"abc"
+    out = r.feed(data[:10])
+    buf = r.direct_buffer()
+    assert len(buf) == 200_000 - 6
+    buf[:len(buf)] = data[10:10 + len(buf)]
+    out += r.direct_filled(len(buf))
+    out += r.feed(data[10 + 200_000 - 6:])
+    assert r.recycled == 1 and [bytes(x) for x in out] == [b"y" * 200_000, b"abc"]
+
+
 @pytest.mark.parametrize("size", [-1, 1001, 0x7FFFFFFF])
 def test_frame_reader_rejects_absurd_sizes(size):
     r = FrameReader(1000)
@@ -356,3 +433,50 @@ def test_auto_metadata_refresh_learns_brokers(broker):
             c.poll(50)
         assert c.metadata.brokers
         assert all(b.port > 0 for b in c.metadata.brokers.values())
+
+
+def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_topic, unique_topic):
+    """Fetch answers' record sets are read-only views of the frame buffer, not copies; a view
+    kept alive keeps its buffer out of reuse while later answers arrive, and buffers nobody
+    holds any more are refilled (Tansu, 3 MB in ~300 KB answers)."""
+    from kwire import Producer
+    from kwire.records import iter_records
+
+    create_topic(tansu, unique_topic, 1)
+    with Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 50, "batch.size": 64 * 1024}) as p:
+        for i in range(30_000):
+            p.produce(unique_topic, value=b"%06d" % i + b"v" * 94, partition=0)
+        assert p.flush(30) == 0
+    with _client(tansu.bootstrap) as c:
+        c.metadata.add_topics([unique_topic])
+        md = c.refresh_metadata(timeout_ms=5000)
+        leader = md.leader_for(unique_topic, 0)
+
+        def fetch(offset):
+            resp = c.request(leader, "Fetch", lambda v: {
+                "replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 300_000,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                "topics": [{"topic": unique_topic, "topic_id": md.topic_id(unique_topic), "partitions": [{
+                    "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset, "last_fetched_epoch": -1,
+                    "log_start_offset": -1, "partition_max_bytes": 300_000}]}],
+                "forgotten_topics_data": [], "rack_id": ""}, 5000)
+            return resp["responses"][0]["partitions"][0]["records"]
+
+        held = fetch(0)
+        assert isinstance(held, memoryview) and held.readonly and len(held) > 128 * 1024
+        held_copy = bytes(held)
+        offset, seen = 0, 0
+        while offset < 30_000:
+            data = fetch(offset)
+            recs = list(iter_records(data))
+            assert recs and recs[0].offset <= offset
+            for r in recs:
+                if r.offset >= offset:
+                    assert r.value == b"%06d" % r.offset + b"v" * 94
+            offset = recs[-1].offset + 1
+            seen += 1
+            del data, recs
+        assert bytes(held) == held_copy  # never written over
+        assert [r.value for r in iter_records(held)][:2] == [b"000000" + b"v" * 94, b"000001" + b"v" * 94]
+        reader = next(conn for conn in c._conns.values() if conn.node_id == leader).reader
+        assert seen >= 8 and reader.recycled >= seen - 3, (seen, reader.recycled)

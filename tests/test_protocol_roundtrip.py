@@ -61,6 +61,35 @@ def test_unknown_tagged_fields_are_kept_and_reencoded(codec):
     assert codec.encode_message(plan, back) == data
 
 
+@pytest.mark.parametrize("version", [4, 11, 12, 17])
+@pytest.mark.parametrize("source", ["bytes", "bytearray", "offset-view"])
+def test_records_decode_as_read_only_views_of_the_message(codec, version, source):
+    """A record set is sliced out of the message buffer, not copied (Fetch answers are mostly
+    records); both twins hand out a read-only byte memoryview over the same bytes."""
+    plan = P.response_plan("Fetch", version)
+    blobs = [bytes(range(256)) * 3, b"", b"\x07" * 5]
+    value = sample_struct(plan, random.Random(version))
+
+    def element_plan(struct_plan, name):  # an array field's element struct plan
+        return next(op for op in struct_plan[0] if op[1] == name)[4][4]
+
+    topic_plan = element_plan(plan, "responses")
+    part_plan = element_plan(topic_plan, "partitions")
+    topic = sample_struct(topic_plan, random.Random(1))
+    topic["partitions"] = [{**sample_struct(part_plan, random.Random(i)), "records": b} for i, b in enumerate(blobs)]
+    value["responses"] = [topic]
+    data = codec.encode_message(plan, value)
+    buf = {"bytes": data, "bytearray": bytearray(data), "offset-view": memoryview(b"xyz" + data)[3:]}[source]
+    back = codec.decode_message(plan, buf)
+    got = [p["records"] for p in back["responses"][0]["partitions"]]
+    assert [bytes(r) for r in got] == blobs
+    for rec in got:
+        assert isinstance(rec, memoryview) and rec.readonly and rec.format == "B" and rec.ndim == 1
+    if source == "bytearray":  # a view, not a copy: it sees the buffer it was sliced from
+        buf[bytes(buf).index(blobs[0]) + 1] ^= 0xFF
+        assert got[0][1] == blobs[0][1] ^ 0xFF
+
+
 def test_forged_array_count_does_not_allocate(codec):
     plan = P.response_plan("Metadata", 1)
     # throttle-less v1: brokers array count claims 2**31-1 elements in a 6-byte body.

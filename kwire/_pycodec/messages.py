@@ -6,7 +6,8 @@ A plan (see kwire.protocol.schema) is walked field by field.  Wire encodings, by
     float64   8-byte IEEE 754, big-endian       uuid: 16 raw bytes
     string    int16 length (-1 null) + UTF-8    | flexible: uvarint(length + 1), 0 = null
     bytes     int32 length (-1 null) + bytes    | flexible: uvarint(length + 1), 0 = null
-    records   as bytes (a nested record-batch blob, decoded by kwire.records)
+    records   as bytes (a nested record-batch blob, decoded by kwire.records); decoded as a
+              read-only memoryview of the message buffer, not a copy
     array     int32 count (-1 null) + elements  | flexible: uvarint(count + 1), 0 = null
     struct    its fields in order; a nullable struct is preceded by int8 (-1 null, 1 present)
     flexible structs end with tagged fields:
@@ -80,6 +81,11 @@ class _Reader:
         p = self.need(n)
         return bytes(self.data[p:p + n])
 
+    def view(self, n: int) -> memoryview:
+        """A read-only view of the next ``n`` bytes (record sets are not copied)."""
+        p = self.need(n)
+        return memoryview(self.data).cast("B")[p:p + n].toreadonly()
+
     def text(self, n: int) -> str:
         p = self.need(n)
         try:
@@ -107,7 +113,9 @@ def _read_value(r: _Reader, op):
         return None if n < 0 else r.text(n)
     if code == T_BYTES or code == T_RECORDS:
         n = _length(r, flexible, _I32, nullable or code == T_RECORDS, "bytes")
-        return None if n < 0 else r.raw(n)
+        if n < 0:
+            return None
+        return r.view(n) if code == T_RECORDS else r.raw(n)
     if code == T_ARRAY:
         start = r.pos
         n = _length(r, flexible, _I32, nullable, "array")

@@ -4,17 +4,28 @@ Wire layout::
 
     frame = size:int32 payload        (size counts the payload only, big-endian, >= 0)
 
-:class:`FrameReader` is fed whatever ``recv`` produced and hands back complete payloads.  A size
-above ``max_frame_bytes`` (or negative) raises :class:`~kwire.errors.ProtocolError` *before*
-anything is allocated.  Within the limit, the payload buffer still grows with the bytes that
-actually arrive (growing fourfold, from 64 KiB), never with what the size prefix claims: a peer
-that announces 2 GB and sends ten bytes costs us 64 KiB, and memory stays under four times what
-was received.  Fourfold rather than doubling halves the copying of large Fetch responses.  Large payloads are read straight into that buffer (:meth:`FrameReader.direct_buffer`)
-so a 50 MB Fetch response is not copied through a small scratch buffer.
+:class:`FrameReader` is fed whatever ``recv`` produced and hands back complete payloads, each a
+read-only ``memoryview`` of exactly the payload's size.  A size above ``max_frame_bytes`` (or
+negative) raises :class:`~kwire.errors.ProtocolError` *before* anything is allocated.  Within the
+limit, the payload buffer still grows with the bytes that actually arrive (growing fourfold, from
+64 KiB), never with what the size prefix claims: a peer that announces 2 GB and sends ten bytes
+costs us 64 KiB, and memory stays under four times what was received.  Large payloads are read
+straight into that buffer (:meth:`FrameReader.direct_buffer`) so a 50 MB Fetch response is not
+copied through a small scratch buffer.
+
+Buffers of large payloads are recycled.  Fresh memory costs a page fault per 4 KiB on first touch
+and, for ``bytearray``, a zero fill -- more than the copy from the socket itself.  So the reader
+remembers the last few large buffers it handed out (:data:`SPARE_BUFFERS`, each at most
+:data:`SPARE_MAX_BYTES`), and fills the next large payload into one that nobody references any
+more: no view of it, no object decoded from it without a copy (records of a Fetch answer are views
+of the payload, so a buffer stays out of reuse until those are dropped).  The check is the buffer's
+reference count, which counts every memoryview and every buffer export of it.  A recycled buffer
+is only ever one that earlier data filled, so the bound above holds for it too.
 """
 from __future__ import annotations
 
 import struct
+import sys
 
 from ..errors import ProtocolError
 
@@ -25,19 +36,33 @@ DIRECT_READ_MIN_BYTES = 64 * 1024
 # First allocation for a payload; then the buffer grows fourfold as data arrives, up to its size.
 GROWTH_FACTOR = 4
 INITIAL_BUFFER_BYTES = 64 * 1024
+# Payloads at least this large, and at most SPARE_MAX_BYTES, are filled into recycled buffers.
+SPARE_MIN_BYTES = 128 * 1024
+SPARE_MAX_BYTES = 16 * 1024 * 1024
+SPARE_BUFFERS = 4  # per reader (connection): at most this many buffers are remembered
+# A buffer grown for a recyclable payload gets this much headroom (1/8), so that the next,
+# slightly larger answer still fits it.
+_HEADROOM_SHIFT = 3
+
+_getrefcount = sys.getrefcount
+_probe = [bytearray(1)]
+_UNSHARED_REFS = _getrefcount(_probe[0])  # a list slot + the call's argument
+del _probe
 
 
 class FrameReader:
-    """Accumulates bytes; returns complete frame payloads (``bytearray``) in order."""
+    """Accumulates bytes; returns complete frame payloads (read-only ``memoryview`` s) in order."""
 
-    __slots__ = ("max_frame_bytes", "_header", "_body", "_size", "_filled")
+    __slots__ = ("max_frame_bytes", "_header", "_body", "_size", "_filled", "_spares", "recycled")
 
     def __init__(self, max_frame_bytes: int):
         self.max_frame_bytes = max_frame_bytes
         self._header = bytearray()  # partial size prefix (< 4 bytes)
-        self._body: bytearray | None = None  # payload being filled (its capacity may be < _size)
+        self._body: bytearray | None = None  # payload being filled (its length may be < or > _size)
         self._size = 0  # the payload's size, from its prefix
         self._filled = 0  # bytes of _body already filled
+        self._spares: list[bytearray] = []  # large buffers handed out, oldest first
+        self.recycled = 0  # payloads that went into a recycled buffer (for tests and stats)
 
     @property
     def mid_frame(self) -> bool:
@@ -48,17 +73,36 @@ class FrameReader:
         if size < 0 or size > self.max_frame_bytes:
             raise ProtocolError(f"response frame claims {size} bytes; the limit is "
                                 f"{self.max_frame_bytes} (receive.message.max.bytes + slack)")
-        self._body = bytearray(min(size, INITIAL_BUFFER_BYTES))
+        body = self._unshared_spare(size) if size >= SPARE_MIN_BYTES else None
+        if body is None:
+            body = bytearray(min(size, INITIAL_BUFFER_BYTES))
+        else:
+            self.recycled += 1
+        self._body = body
         self._size = size
         self._filled = 0
 
+    def _unshared_spare(self, size: int) -> bytearray | None:
+        """The smallest remembered buffer that holds ``size`` bytes and that nobody references
+        any more (taken out of the list), or None."""
+        spares = self._spares
+        best = -1
+        for i in range(len(spares)):
+            n = len(spares[i])
+            if n >= size and (best < 0 or n < len(spares[best])) and _getrefcount(spares[i]) <= _UNSHARED_REFS:
+                best = i
+        return spares.pop(best) if best >= 0 else None
+
     def _reserve(self, need: int) -> bytearray:
-        """Capacity for ``need`` more bytes: grow fourfold (capped at the payload size) when short.
-        A new buffer each time, so a caller's lingering view of the old one is harmless."""
+        """Capacity for ``need`` more bytes: grow fourfold (capped at the payload size, plus
+        headroom for recycling) when short.  A new buffer each time, so a caller's lingering
+        view of the old one is harmless."""
         body = self._body
         want = self._filled + need
         if want > len(body):
-            new = bytearray(min(self._size, max(want, GROWTH_FACTOR * len(body))))
+            size = self._size
+            cap = size + (size >> _HEADROOM_SHIFT) if SPARE_MIN_BYTES <= size <= SPARE_MAX_BYTES else size
+            new = bytearray(min(cap, max(want, GROWTH_FACTOR * len(body))))
             new[:self._filled] = memoryview(body)[:self._filled]
             self._body = body = new
         return body
@@ -68,25 +112,31 @@ class FrameReader:
         if self._body is None or self._size - self._filled < DIRECT_READ_MIN_BYTES:
             return None
         body = self._reserve(DIRECT_READ_MIN_BYTES)
-        return memoryview(body)[self._filled:]
+        return memoryview(body)[self._filled:self._size]
 
-    def direct_filled(self, n: int) -> list[bytearray]:
+    def direct_filled(self, n: int) -> list[memoryview]:
         """``n`` bytes were written into :meth:`direct_buffer`."""
         self._filled += n
         return self._finish_if_full([])
 
-    def _finish_if_full(self, out: list[bytearray]) -> list[bytearray]:
+    def _finish_if_full(self, out: list[memoryview]) -> list[memoryview]:
         body = self._body
-        if body is not None and self._filled == self._size:
-            out.append(body)  # len(body) == _size: the capacity never exceeds the size
+        size = self._size
+        if body is not None and self._filled == size:
+            out.append(memoryview(body)[:size].toreadonly())
+            if SPARE_MIN_BYTES <= len(body) <= SPARE_MAX_BYTES + (SPARE_MAX_BYTES >> _HEADROOM_SHIFT):
+                spares = self._spares
+                spares.append(body)
+                if len(spares) > SPARE_BUFFERS:
+                    del spares[0]
             self._body = None
             self._filled = self._size = 0
         return out
 
-    def feed(self, data) -> list[bytearray]:
+    def feed(self, data) -> list[memoryview]:
         """Consume ``data``; return the payloads it completed (possibly none)."""
         mv = memoryview(data).cast("B")
-        out: list[bytearray] = []
+        out: list[memoryview] = []
         pos, end = 0, len(mv)
         while pos < end:
             if self._body is None:
