@@ -11,6 +11,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 import kwire.spark as ks
 from kwire.embedded import free_port
 from kwire.errors import ConfigError, KwireError, UnknownTopicOrPartitionError
@@ -227,6 +230,33 @@ def test_kafka_rdd_rows(spark, tansu, unique_topic):
     assert (first.key, first.value, first.topic, first.headers) == (b"k4", b"v4", unique_topic, [("h", b"x")])
     df = spark.createDataFrame(rdd, ks.kafka_schema(include_headers=True))
     assert df.count() == 15
+
+
+def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
+    """Arrow batches of exactly the planned ranges; num_partitions packs 5 ranges into 2 tasks
+    of even record counts (rows and Arrow agree)."""
+    create(tansu, unique_topic, 5)
+    produce(tansu, unique_topic, [(i % 5, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)]) for i in range(100)])
+    config = {"bootstrap.servers": tansu.bootstrap}
+    ranges = [(unique_topic, p, 2 * p, 20) for p in range(5)]  # 20, 18, 16, 14, 12 records
+    sc = spark.sparkContext
+    expected = sorted((p, o) for p in range(5) for o in range(2 * p, 20))
+    batches = ks.kafka_arrow_rdd(sc, config, ranges, include_headers=True)
+    assert batches.getNumPartitions() == 5
+    table = pa.Table.from_batches(batches.collect())
+    assert table.schema.names == ks.kafka_schema(include_headers=True).fieldNames()
+    assert sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist())) == expected
+    row = table.filter(pc.and_(pc.equal(table["offset"], 7), pc.equal(table["partition"], 3))).to_pylist()[0]
+    assert (row["key"], row["value"], row["topic"], row["headers"]) == (b"k38", b"v38", unique_topic,
+                                                                       [{"key": "h", "value": b"38"}])
+    packed = ks.kafka_arrow_rdd(sc, config, ranges, num_partitions=2)
+    assert packed.getNumPartitions() == 2
+    per_task = packed.mapPartitions(lambda bs: [sum(b.num_rows for b in bs)]).collect()
+    assert sorted(per_task) == [34, 46]  # largest first, to the lighter task: {18, 16}, {20, 14, 12}
+    pairs = packed.flatMap(lambda b: zip(b["partition"].to_pylist(), b["offset"].to_pylist())).collect()
+    assert sorted(pairs) == expected
+    rows = ks.kafka_rdd(sc, config, ranges, num_partitions=2)
+    assert rows.getNumPartitions() == 2 and sorted((r.partition, r.offset) for r in rows.collect()) == expected
 
 
 @pytest.mark.parametrize("missing", [("pandas",), ("pandas", "pyarrow")], ids=["data-source", "rows"])

@@ -250,6 +250,32 @@ def test_split_property():
             assert max(sizes) - min(sizes) <= 1
 
 
+def test_pack_ranges_into_fewer_tasks():
+    ranges = [P.OffsetRange("t", p, 0, n) for p, n in enumerate([20, 18, 16, 14, 12, 0])]
+    groups = P.pack_ranges(ranges, 2)
+    assert [[r.partition for r in g] for g in groups] == [[0, 3, 4], [1, 2]]  # 46 and 34 records
+    assert P.pack_ranges(ranges, 10) == [[r] for r in sorted(ranges[:5], key=lambda r: -r.size)]
+    assert P.pack_ranges(ranges, 1) == [sorted(ranges[:5])]
+    assert P.pack_ranges([], 4) == [] and P.pack_ranges([P.OffsetRange("t", 0, 5, 5)], 4) == []
+    with pytest.raises(ValueError):
+        P.pack_ranges(ranges, 0)
+
+
+def test_pack_ranges_property():
+    rng = random.Random(11)
+    for _ in range(300):
+        ranges = [P.OffsetRange(rng.choice("ab"), i, a, a + rng.randint(0, 400))
+                  for i, a in enumerate(rng.randint(0, 1000) for _ in range(rng.randint(0, 12)))]
+        slots = rng.randint(1, 6)
+        groups = P.pack_ranges(ranges, slots)
+        flat = [r for g in groups for r in g]
+        assert sorted(flat) == sorted(r for r in ranges if r.size)  # every non-empty range, once, uncut
+        assert len(groups) <= slots and all(groups) and all(g == sorted(g) for g in groups)
+        if flat:  # largest-first greedy: within the biggest range of the lightest group
+            totals = [sum(r.size for r in g) for g in groups]
+            assert max(totals) - min(totals) <= max(r.size for r in flat)
+
+
 def test_preferred_executor_is_stable_per_partition_and_across_processes():
     ex = ["exec-3", "exec-1", "exec-2"]
     a = P.preferred_executor("orders", 4, ex)

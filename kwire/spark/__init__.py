@@ -6,7 +6,7 @@ executors read exactly those ranges without joining a consumer group, over cache
 (:mod:`kwire.spark.reader`), decoding straight into Arrow (:mod:`kwire.spark.arrow`); offsets
 are committed by the driver after the job (``commitToGroup``).
 
-Three ways in::
+Four ways in::
 
     df = kwire.spark.read_kafka(spark, **{"kafka.bootstrap.servers": "h:9092", "subscribe": "t"})
 
@@ -16,22 +16,24 @@ Three ways in::
     stream = spark.readStream.format("kwire").option(...).load()
 
     rdd = kwire.spark.kafka_rdd(sc, {"bootstrap.servers": "h:9092"}, [("t", 0, 0, 100)])
+    batches = kwire.spark.kafka_arrow_rdd(sc, {"bootstrap.servers": "h:9092"}, ranges,
+                                          num_partitions=sc.defaultParallelism)
 
 Options are Spark's Kafka source options (:mod:`kwire.spark.options`) plus
 ``startingOffsets=group`` and ``commitToGroup``.
 """
 from __future__ import annotations
 
-from .dataframe import PendingCommit, await_commit, kafka_rdd, read_kafka
+from .dataframe import PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, read_kafka
 from .options import OffsetSpec, SourceOptions, parse_options
-from .planner import DataLossError, OffsetRange, Plan, plan_ranges, split_ranges
+from .planner import DataLossError, OffsetRange, Plan, pack_ranges, plan_ranges, split_ranges
 from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_clients
 from .schema import kafka_schema, kafka_schema_ddl
 
 __all__ = [
-    "read_kafka", "kafka_rdd", "register", "await_commit", "PendingCommit",
+    "read_kafka", "kafka_rdd", "kafka_arrow_rdd", "register", "await_commit", "PendingCommit",
     "parse_options", "SourceOptions", "OffsetSpec",
-    "OffsetRange", "Plan", "plan_ranges", "split_ranges", "DataLossError",
+    "OffsetRange", "Plan", "plan_ranges", "split_ranges", "pack_ranges", "DataLossError",
     "KafkaRow", "KafkaRowWithHeaders", "ReadSettings", "close_cached_clients",
     "kafka_schema", "kafka_schema_ddl",
 ]

@@ -1,4 +1,5 @@
-"""``read_kafka`` (DataFrame) and ``kafka_rdd`` (RDD): Kafka into PySpark without a Data Source.
+"""``read_kafka`` (DataFrame), ``kafka_rdd`` and ``kafka_arrow_rdd`` (RDDs): Kafka into PySpark
+without a Data Source.
 
 :func:`read_kafka` plans on the driver, then ships one planned range per Spark partition to
 ``mapInArrow``, whose executors decode Fetch answers straight into Arrow record batches (when
@@ -8,7 +9,9 @@ DataFrame carries a :class:`PendingCommit`: once the first Spark action over it 
 offsets to the group.
 
 :func:`kafka_rdd` reads ranges you planned yourself and yields :class:`~kwire.spark.reader.KafkaRow`
-tuples.
+tuples; :func:`kafka_arrow_rdd` yields ``pyarrow.RecordBatch`` es of the same ranges (no
+per-record Python object).  Both take ``num_partitions`` to pack many small ranges into fewer
+tasks (:func:`~kwire.spark.planner.pack_ranges`).
 """
 from __future__ import annotations
 
@@ -23,10 +26,11 @@ from ..config import parse_config
 from ..errors import KafkaTimeoutError, KwireError
 from .offset_reader import OffsetReader
 from .options import SourceOptions, parse_options
+from .planner import OffsetRange, pack_ranges
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
 
-__all__ = ["read_kafka", "kafka_rdd", "await_commit", "PendingCommit"]
+__all__ = ["read_kafka", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "PendingCommit"]
 
 _log = logging.getLogger("kwire.spark")
 
@@ -50,14 +54,37 @@ class _ArrowRanges:
 
 
 class _RowRanges:
-    """The ``mapPartitions`` function of :func:`kafka_rdd` (runs on executors)."""
+    """The ``mapPartitions`` function of :func:`kafka_rdd`: each element is a group of ranges
+    one task reads in turn (runs on executors)."""
 
     def __init__(self, settings: ReadSettings):
         self.settings = settings
 
-    def __call__(self, ranges):
-        for r in ranges:
-            yield from read_range_rows(self.settings, r)
+    def __call__(self, groups):
+        for group in groups:
+            for r in group:
+                yield from read_range_rows(self.settings, r)
+
+
+class _BatchRanges(_RowRanges):
+    """The ``mapPartitions`` function of :func:`kafka_arrow_rdd`."""
+
+    def __call__(self, groups):
+        from .arrow import kafka_arrow_schema
+
+        schema = kafka_arrow_schema(self.settings.include_headers)
+        for group in groups:
+            for r in group:
+                yield from read_range_arrow(self.settings, r, schema)
+
+
+def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
+    """An RDD with one element per task: the list of ranges that task reads."""
+    if num_partitions is None:
+        groups = [[r] for r in ranges]  # Spark's layout: a task per range
+    else:
+        groups = pack_ranges(ranges, num_partitions)
+    return sc.parallelize(groups, max(1, len(groups)))
 
 
 def _have(module: str) -> bool:
@@ -99,27 +126,49 @@ def read_kafka(spark, **options: Any):
                 reader = reader.option(k, _option_text(v))
         df = reader.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
     else:
-        rdd = sc.parallelize(plan.ranges, max(1, len(plan.ranges))).mapPartitions(_RowRanges(settings))
-        df = spark.createDataFrame(rdd, schema)
+        df = spark.createDataFrame(_ranges_rdd(sc, plan.ranges, None).mapPartitions(_RowRanges(settings)), schema)
     if opts.commit_group:
         df = _commit_after_first_action(df, opts, plan.end,
                                         nothing_to_read=not any(r.until_offset > r.from_offset for r in plan.ranges))
     return df
 
 
-def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, include_headers: bool = False,
-              fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
-    """An RDD of the records in ``offset_ranges``, one Spark partition per range.
+def _rdd_settings(config: Mapping[str, Any], include_headers: bool, fail_on_data_loss: bool,
+                  poll_timeout_ms: int) -> ReadSettings:
+    cfg = parse_config(dict(config), role="consumer")
+    return ReadSettings(dict(cfg.user), include_headers, fail_on_data_loss, poll_timeout_ms)
+
+
+def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
+              include_headers: bool = False, fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
+    """An RDD of the records in ``offset_ranges``.
 
     ``config`` is a kwire configuration (``{"bootstrap.servers": ...}``); each range is an
     :class:`~kwire.spark.planner.OffsetRange` or a ``(topic, partition, from, until)`` tuple.
     Elements are :class:`~kwire.spark.reader.KafkaRow` tuples (``KafkaRowWithHeaders`` with
     ``include_headers``), which ``spark.createDataFrame(rdd, kafka_schema())`` accepts.
+
+    One Spark partition per range, as Spark's Kafka source does; with ``num_partitions``
+    (e.g. ``sc.defaultParallelism``) the ranges are packed into at most that many partitions
+    of even record counts, each task reading its ranges in turn -- fewer, longer tasks, for
+    topics with many small partitions.  Empty ranges are then dropped.
     """
-    cfg = parse_config(dict(config), role="consumer")
-    settings = ReadSettings(dict(cfg.user), include_headers, fail_on_data_loss, poll_timeout_ms)
+    settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
     ranges = [_as_range(r) for r in offset_ranges]
-    return sc.parallelize(ranges, max(1, len(ranges))).mapPartitions(_RowRanges(settings))
+    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_RowRanges(settings))
+
+
+def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
+                    include_headers: bool = False, fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
+    """An RDD of ``pyarrow.RecordBatch`` es holding the records in ``offset_ranges``, in the
+    Spark Kafka schema (:func:`~kwire.spark.arrow.kafka_arrow_schema`), decoded column-wise
+    in the executors without a Python object per record: for jobs that work on Arrow data
+    (``pyarrow.compute``, Parquet writers, ``num_rows``) rather than rows.  Arguments as for
+    :func:`kafka_rdd`.  Needs pyarrow on the executors.
+    """
+    settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
+    ranges = [_as_range(r) for r in offset_ranges]
+    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_BatchRanges(settings))
 
 
 # --- commitToGroup for batch reads --------------------------------------------------------------
