@@ -14,8 +14,9 @@ Contenders (each counts every record of the topic):
                           consume(num_messages=10000)), default settings
 * ``confluent-rdd-backoff10``  the same with ``fetch.queue.backoff.ms=10`` (the tuned baseline)
 * ``...-packed``          the same work in one task per core (``sc.defaultParallelism``) instead of
-                          one per partition: kwire with ``num_partitions=``, confluent-kafka with
-                          one consumer assigned all of the task's partitions
+                          one per partition: kwire with ``num_partitions=`` / the ``maxPartitions``
+                          option, confluent-kafka with one consumer assigned all of the task's
+                          partitions
 * ``spark-arrow-floor``   not Kafka: ``mapInArrow`` yielding ready-made Arrow batches of the same
                           shape, i.e. what Spark alone costs to take N records from Python
 
@@ -177,22 +178,28 @@ def test_confluent_mappartitions(benchmark, spark, topic, name, extra, packed):
     _run(benchmark, name, _confluent_job(spark.sparkContext, bootstrap, _ranges(bootstrap, t), extra, packed))
 
 
-def test_kwire_arrow_dataframe(benchmark, spark, topic):
+@pytest.mark.parametrize("packed", [False, True], ids=["per-partition", "packed"])
+def test_kwire_arrow_dataframe(benchmark, spark, topic, packed):
     import kwire.spark as ks
 
     bootstrap, t = topic
-    _run(benchmark, "kwire-arrow-df",
-         lambda: ks.read_kafka(spark, **{"kafka.bootstrap.servers": bootstrap, "subscribe": t}).count())
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": t}
+    if packed:
+        opts["maxPartitions"] = spark.sparkContext.defaultParallelism
+    _run(benchmark, "kwire-arrow-df" + ("-packed" if packed else ""), lambda: ks.read_kafka(spark, **opts).count())
 
 
-def test_kwire_data_source(benchmark, spark, topic):
+@pytest.mark.parametrize("packed", [False, True], ids=["per-partition", "packed"])
+def test_kwire_data_source(benchmark, spark, topic, packed):
     import kwire.spark as ks
 
     bootstrap, t = topic
     ks.register(spark)
-    _run(benchmark, "kwire-data-source",
-         lambda: spark.read.format("kwire").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", t).load().count())
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": t}
+    if packed:
+        opts["maxPartitions"] = str(spark.sparkContext.defaultParallelism)
+    _run(benchmark, "kwire-data-source" + ("-packed" if packed else ""),
+         lambda: spark.read.format("kwire").options(**opts).load().count())
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["per-partition", "packed"])

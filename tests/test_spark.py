@@ -232,6 +232,21 @@ def test_kafka_rdd_rows(spark, tansu, unique_topic):
     assert df.count() == 15
 
 
+def test_max_partitions_packs_ranges_for_read_kafka_and_the_data_source(registered, tansu, unique_topic):
+    spark = registered
+    create(tansu, unique_topic, 5)
+    fill(tansu, unique_topic, 5, 12)
+    expected = {p: list(range(12)) for p in range(5)}
+    df = ks.read_kafka(spark, **options(tansu, unique_topic, maxPartitions=2))
+    assert df.rdd.getNumPartitions() == 2 and offsets_of(df) == expected
+    per_task = df.rdd.mapPartitions(lambda rows: [sorted({r.partition for r in rows})]).collect()
+    assert sorted(per_task) == [[0, 2, 4], [1, 3]]  # 12 records each: 36 and 24
+    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxPartitions=2)).load()
+    assert df.rdd.getNumPartitions() == 2 and offsets_of(df) == expected
+    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxPartitions=9)).load()
+    assert df.rdd.getNumPartitions() == 5 and df.count() == 60
+
+
 def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
     """Arrow batches of exactly the planned ranges; num_partitions packs 5 ranges into 2 tasks
     of even record counts (rows and Arrow agree)."""
@@ -323,6 +338,24 @@ def test_streaming_micro_batches_read_new_records_exactly_once(registered, tansu
     with OffsetReader(ks.parse_options(options(tansu, unique_topic))) as r:
         assert r.committed(group, [(unique_topic, 0), (unique_topic, 1)]) == \
             {(unique_topic, 0): 15, (unique_topic, 1): 15}
+
+
+def test_streaming_with_max_partitions_packs_each_micro_batch(registered, tansu, unique_topic, tmp_path):
+    spark = registered
+    create(tansu, unique_topic, 3)
+    fill(tansu, unique_topic, 3, 6)
+    seen: list[tuple[int, list]] = []
+
+    def collect(batch_df, batch_id):
+        seen.append((batch_df.rdd.getNumPartitions(), [(r.partition, r.offset) for r in batch_df.collect()]))
+
+    stream = (spark.readStream.format("kwire")
+              .options(**options(tansu, unique_topic, startingOffsets="earliest", maxPartitions=1)).load())
+    q = (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    assert q.awaitTermination(120) and q.exception() is None
+    assert [n for n, rows in seen if rows] == [1]
+    assert sorted(r for _, rows in seen for r in rows) == [(p, o) for p in range(3) for o in range(6)]
 
 
 # --- errors -------------------------------------------------------------------------------------

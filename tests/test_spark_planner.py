@@ -78,6 +78,9 @@ def test_options_pickle():
     ({"subscribe": "t", "maxRecordsPerPartition": "x"}, "expected an integer"),
     ({"subscribe": "t", "failOnDataLoss": "perhaps"}, "true or false"),
     ({"subscribe": "t", "maxOffsetsPerTrigger": "10"}, "streaming queries"),
+    ({"subscribe": "t", "maxPartitions": "0"}, "at least 1"),
+    ({"subscribe": "t", "maxPartitions": "2", "minPartitions": "4"}, "use one or the other"),
+    ({"subscribe": "t", "maxPartitions": "2", "maxRecordsPerPartition": "9"}, "use one or the other"),
 ])
 def test_bad_options_name_the_problem(bad, match):
     with pytest.raises(ConfigError, match=match):
@@ -259,6 +262,14 @@ def test_pack_ranges_into_fewer_tasks():
     assert P.pack_ranges([], 4) == [] and P.pack_ranges([P.OffsetRange("t", 0, 5, 5)], 4) == []
     with pytest.raises(ValueError):
         P.pack_ranges(ranges, 0)
+
+
+def test_task_groups():
+    ranges = [P.OffsetRange("t", p, 0, n) for p, n in enumerate([5, 0, 9])]
+    assert P.task_groups(ranges) == [[r] for r in ranges]  # Spark's layout, empty ranges too
+    assert P.task_groups(ranges, 1) == [[ranges[0], ranges[2]]]
+    assert parse_options({**BOOT, "subscribe": "t", "maxpartitions": "3"}).max_partitions == 3
+    assert parse_options({**BOOT, "subscribe": "t"}).max_partitions is None
 
 
 def test_pack_ranges_property():

@@ -26,7 +26,7 @@ from ..config import parse_config
 from ..errors import KafkaTimeoutError, KwireError
 from .offset_reader import OffsetReader
 from .options import SourceOptions, parse_options
-from .planner import OffsetRange, pack_ranges
+from .planner import OffsetRange, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
 
@@ -80,11 +80,12 @@ class _BatchRanges(_RowRanges):
 
 def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
     """An RDD with one element per task: the list of ranges that task reads."""
-    if num_partitions is None:
-        groups = [[r] for r in ranges]  # Spark's layout: a task per range
-    else:
-        groups = pack_ranges(ranges, num_partitions)
+    groups = task_groups(ranges, num_partitions)
     return sc.parallelize(groups, max(1, len(groups)))
+
+
+def _range_rows(group: list[OffsetRange]) -> list[tuple]:
+    return [(r.topic, r.partition, r.from_offset, r.until_offset) for r in group]
 
 
 def _have(module: str) -> bool:
@@ -112,9 +113,10 @@ def read_kafka(spark, **options: Any):
     settings = ReadSettings.from_options(opts)
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
-    rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
     if _have("pyarrow") and _have("pandas"):  # mapInArrow wants pandas installed, though unused
-        ranges = spark.createDataFrame(sc.parallelize(rows, max(1, len(rows))), _RANGES_SCHEMA)
+        # a Spark partition per task group: the rows of group i land in partition i
+        tasks = _ranges_rdd(sc, plan.ranges, opts.max_partitions).flatMap(_range_rows)
+        ranges = spark.createDataFrame(tasks, _RANGES_SCHEMA)
         df = ranges.mapInArrow(_ArrowRanges(settings), schema)
     elif _have("pyarrow"):  # the Data Source, reading the ranges planned here
         from .datasource import PLANNED_RANGES_OPTION, KwireDataSource
@@ -124,9 +126,11 @@ def read_kafka(spark, **options: Any):
         for k, v in options.items():
             if k.lower() != "committogroup" and v is not None:
                 reader = reader.option(k, _option_text(v))
+        rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
         df = reader.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
     else:
-        df = spark.createDataFrame(_ranges_rdd(sc, plan.ranges, None).mapPartitions(_RowRanges(settings)), schema)
+        rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_RowRanges(settings))
+        df = spark.createDataFrame(rdd, schema)
     if opts.commit_group:
         df = _commit_after_first_action(df, opts, plan.end,
                                         nothing_to_read=not any(r.until_offset > r.from_offset for r in plan.ranges))

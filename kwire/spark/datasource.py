@@ -5,8 +5,9 @@ Register it once per session with :func:`kwire.spark.register`.  Where each piec
 * options are parsed when Spark instantiates the source (a Python process of the driver);
 * ``partitions()`` (batch) and ``initialOffset`` / ``latestOffset`` / ``partitions`` /
   ``commit`` (streaming) plan on the driver: metadata, ListOffsets, OffsetFetch, OffsetCommit;
-* ``read()`` runs in the executors' Python workers, one call per planned range, and yields
-  ``pyarrow.RecordBatch`` es decoded straight from the Fetch answers.
+* ``read()`` runs in the executors' Python workers, one call per planned range (or group of
+  ranges, with ``maxPartitions``), and yields ``pyarrow.RecordBatch`` es decoded straight from
+  the Fetch answers.
 
 Streaming offsets are Spark's Kafka format, ``{"topic": {"0": 42}}`` (next offset to read),
 checkpointed by Spark.  ``maxOffsetsPerTrigger`` becomes the default read limit
@@ -54,14 +55,16 @@ _log = logging.getLogger("kwire.spark")
 
 
 class RangePartition(InputPartition):
-    """One planned range: ``value`` is ``(topic, partition, from_offset, until_offset)``."""
+    """The ranges one task reads, in turn: ``value`` is a tuple of
+    ``(topic, partition, from_offset, until_offset)`` (one, unless ``maxPartitions`` packed
+    several)."""
 
-    def __init__(self, r: OffsetRange):
-        super().__init__((r.topic, r.partition, r.from_offset, r.until_offset))
+    def __init__(self, ranges: list[OffsetRange]):
+        super().__init__(tuple((r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges))
 
     @property
-    def range(self) -> OffsetRange:
-        return OffsetRange(*self.value)
+    def ranges(self) -> list[OffsetRange]:
+        return [OffsetRange(*v) for v in self.value]
 
 
 def _include_headers(options) -> bool:
@@ -83,10 +86,10 @@ def _split_planned(options) -> tuple[dict, list[OffsetRange] | None]:
 
 def _read(settings: ReadSettings, partition: InputPartition) -> Iterator:
     if partition.value is None:  # Spark's stand-in when a plan has no partitions
-        return iter(())
-    if importlib.util.find_spec("pyarrow") is None:
-        return read_range_rows(settings, partition.value)
-    return read_range_arrow(settings, partition.value)
+        return
+    read = read_range_rows if importlib.util.find_spec("pyarrow") is None else read_range_arrow
+    for r in partition.value:
+        yield from read(settings, r)
 
 
 class KwireDataSource(DataSource):
@@ -135,7 +138,7 @@ class KwireBatchReader(DataSourceReader):
             with OffsetReader(self.options) as offsets:
                 plan, _ = offsets.plan_batch()
             ranges = plan.ranges
-        return [RangePartition(r) for r in ranges]
+        return [RangePartition(g) for g in planner.task_groups(ranges, self.options.max_partitions)]
 
     def read(self, partition):
         return _read(self.settings, partition)
@@ -228,7 +231,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for w in plan.warnings:
             _log.warning("kwire.spark: %s", w)
         log_plan(plan, latest)
-        return [RangePartition(rg) for rg in plan.ranges]
+        return [RangePartition(g) for g in planner.task_groups(plan.ranges, o.max_partitions)]
 
     def read(self, partition):
         return _read(self.settings, partition)

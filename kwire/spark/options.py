@@ -20,6 +20,8 @@ They mirror the option names of Spark's Kafka source, so a job moves over by cha
 ``minPartitions``                  split ranges so at least this many Spark partitions
 ``maxRecordsPerPartition``         split ranges so none holds more offsets than this
 ``maxOffsetsPerTrigger``           streaming: at most this many offsets per micro-batch
+``maxPartitions``                  kwire's own: pack the ranges into at most this many Spark
+                                   partitions (see below)
 ``failOnDataLoss``                 ``true`` (default) | ``false``: skip, with a warning, offsets
                                    that are gone instead of failing
 ``includeHeaders``                 ``false`` (default) | ``true``: add the ``headers`` column
@@ -34,6 +36,12 @@ kwire's own:
 * ``startingOffsets=group`` starts each partition at the committed offset of the consumer group
   ``kafka.group.id`` (or ``commitToGroup``), like Flink's GROUP_OFFSETS start mode; a partition
   without one starts per ``kafka.auto.offset.reset`` (earliest / latest / error).
+* ``maxPartitions=N`` packs the planned ranges into at most ``N`` Spark partitions of even
+  record counts, each task reading its ranges in turn (:func:`kwire.spark.planner.pack_ranges`):
+  a Spark task costs tens of milliseconds before it reads anything, so a topic with more
+  partitions than the cluster has cores reads faster with ``N`` = the number of cores.  Spark's
+  source has no such option (a task per topic partition at least); it cannot be combined with
+  ``minPartitions`` or ``maxRecordsPerPartition``, which split ranges instead.
 * ``commitToGroup=<group.id>`` commits the end offsets of what was read to that group once the
   Spark job succeeded (streaming: after each micro-batch).  It is the "simple" commit, with no
   group membership (generation -1), which brokers accept while the group has no active members.
@@ -68,7 +76,7 @@ _OPTIONS = (
     "startingOffsets", "endingOffsets",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
     "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestampStrategy",
-    "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger",
+    "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger", "maxPartitions",
     "failOnDataLoss", "includeHeaders",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
     "commitToGroup",
@@ -135,6 +143,7 @@ class SourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_offsets_per_trigger: int | None = None
+    max_partitions: int | None = None  # pack ranges into at most this many Spark partitions
     fail_on_data_loss: bool = True
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
@@ -409,6 +418,13 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool = False) -> Sou
             raise ConfigError("option 'maxOffsetsPerTrigger' is for streaming queries (readStream) only")
         max_per_trigger = _int("maxOffsetsPerTrigger", given["maxOffsetsPerTrigger"], 1)
 
+    max_partitions = _int("maxPartitions", given["maxPartitions"], 1) if "maxPartitions" in given else None
+    if max_partitions is not None:
+        for other in ("minPartitions", "maxRecordsPerPartition"):
+            if other in given:
+                raise ConfigError(f"option 'maxPartitions' packs ranges into fewer Spark partitions and "
+                                  f"'{other}' splits them: use one or the other")
+
     commit_group = given.get("commitToGroup") or None
     group_id = cfg.group_id or commit_group
     if starting.kind == "group" and not group_id:
@@ -427,6 +443,7 @@ def parse_options(options: Mapping[str, Any], *, streaming: bool = False) -> Sou
         max_records_per_partition=(_int("maxRecordsPerPartition", given["maxRecordsPerPartition"], 1)
                                    if "maxRecordsPerPartition" in given else None),
         max_offsets_per_trigger=max_per_trigger,
+        max_partitions=max_partitions,
         fail_on_data_loss=_bool("failOnDataLoss", given.get("failOnDataLoss", "true")),
         include_headers=_bool("includeHeaders", given.get("includeHeaders", "false")),
         poll_timeout_ms=_int("kafkaConsumer.pollTimeoutMs", given.get("kafkaConsumer.pollTimeoutMs", "120000"), 1),

@@ -228,6 +228,14 @@ def pack_ranges(ranges: Sequence[OffsetRange], slots: int) -> list[list[OffsetRa
     return [sorted(g) for g in groups]
 
 
+def task_groups(ranges: Sequence[OffsetRange], max_partitions: int | None = None) -> list[list[OffsetRange]]:
+    """The ranges each Spark task reads: one range per task (Spark's layout), or packed into
+    at most ``max_partitions`` tasks (:func:`pack_ranges`)."""
+    if max_partitions is None:
+        return [[r] for r in ranges]
+    return pack_ranges(ranges, max_partitions)
+
+
 def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], *,
                 earliest: Mapping[TP, int] | None = None, latest: Mapping[TP, int] | None = None,
                 fail_on_data_loss: bool = True, min_partitions: int | None = None,
