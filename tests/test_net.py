@@ -123,13 +123,22 @@ def test_frame_reader_recycles_large_buffers_nobody_references():
     assert _read_frame(r, b"h" * big, piece=1 << 22) == b"h" * big
     assert all(len(x) <= framing.SPARE_MAX_BYTES * 9 // 8 for x in r._spares)
     assert len(r._spares) <= framing.SPARE_BUFFERS
+    held = [_read_frame(r, b"m" * 15_000_000, piece=1 << 22) for _ in range(3)]  # three 15 MB buffers
+    assert len(r._spares) == 2 and r.spare_bytes <= framing.SPARE_TOTAL_BYTES
+    assert all(h == b"m" * 15_000_000 for h in held)
+    del held
+    n = r.recycled
+    small = _read_frame(r, b"s" * 200_000)  # a free 15 MB buffer is there, but too big for it
+    assert r.recycled == n and len(small.obj) < 400_000
+    r.release_spares()
+    assert r.spare_bytes == 0
 
 
 def test_frame_reader_never_reads_past_a_recycled_buffers_payload():
     """A recycled buffer may be larger than the next payload: the direct read window stops at
     the payload's end, so the next frame's bytes go to the next frame."""
     r = FrameReader(1 << 24)
-    del_me = _read_frame(r, b"x" * 400_000)
+    del_me = _read_frame(r, b"x" * 300_000)
     del del_me
     data = struct.pack(">i", 200_000) + b"y" * 200_000 + struct.pack(">i", 3) + b"abc"
     out = r.feed(data[:10])
@@ -435,7 +444,7 @@ def test_auto_metadata_refresh_learns_brokers(broker):
         assert all(b.port > 0 for b in c.metadata.brokers.values())
 
 
-def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_topic, unique_topic):
+def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_topic, unique_topic, monkeypatch):
     """Fetch answers' record sets are read-only views of the frame buffer, not copies; a view
     kept alive keeps its buffer out of reuse while later answers arrive, and buffers nobody
     holds any more are refilled (Tansu, 3 MB in ~300 KB answers)."""
@@ -480,3 +489,14 @@ def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_t
         assert [r.value for r in iter_records(held)][:2] == [b"000000" + b"v" * 94, b"000001" + b"v" * 94]
         reader = next(conn for conn in c._conns.values() if conn.node_id == leader).reader
         assert seen >= 8 and reader.recycled >= seen - 3, (seen, reader.recycled)
+        # an idle connection forgets its buffers (after SPARE_IDLE_MS; here at once)
+        assert reader.spare_bytes > 0
+        import kwire.net.client as client_module
+        monkeypatch.setattr(client_module, "SPARE_IDLE_MS", 0)
+        c.poll(0)
+        assert reader.spare_bytes == 0
+        monkeypatch.undo()
+        fetch(0)
+        assert reader.spare_bytes > 0
+        c.release_buffers()
+        assert reader.spare_bytes == 0

@@ -489,6 +489,9 @@ class Fetcher:
                 return None  # no complete batch (yet), or only batches before the position
             next_offset = last + 1
             self.subs.advance(tp, next_offset, last_epoch)
+            # `data` is a view of the Fetch answer's frame, which stays in memory while any of its
+            # partitions' chunks is queued: the budget counts record bytes, so frame overhead
+            # (headers, other partitions' records already consumed) is not in it.
             nbytes = len(data)
             self.buffered[tp] = self.buffered.get(tp, 0) + nbytes
             self.buffered_total += nbytes

@@ -89,6 +89,7 @@ _UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
 
 _MAX_ZERO_PADDING = 2
+SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled receive buffers
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
 _READ_CHUNK_BYTES = 256 * 1024
 _MAX_READS_PER_EVENT = 64  # then let other connections have a turn
@@ -267,6 +268,12 @@ class NetworkClient:
         except ValueError:
             pass
         return f
+
+    def release_buffers(self) -> None:
+        """Free the receive buffers kept for recycling (see :mod:`kwire.net.framing`) on every
+        connection, e.g. before the client sits unused in a cache."""
+        for conn in self._conns.values():
+            conn.reader.release_spares()
 
     def wakeup(self) -> None:
         """Interrupt a blocking :meth:`poll` (thread-safe)."""
@@ -1111,6 +1118,8 @@ class NetworkClient:
                 self._close_conn(conn, KafkaConnectionError(
                     f"node {conn.node_id}: SASL session expired; reconnecting"), now, failure=False)
                 continue
+            if conn.reader.spare_bytes and not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS:
+                conn.reader.release_spares()  # idle: do not keep large receive buffers around
             if conn.queue:
                 for f in [f for f in conn.queue if now >= f.deadline_ms]:
                     conn.queue.remove(f)

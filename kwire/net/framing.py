@@ -16,11 +16,14 @@ copied through a small scratch buffer.
 Buffers of large payloads are recycled.  Fresh memory costs a page fault per 4 KiB on first touch
 and, for ``bytearray``, a zero fill -- more than the copy from the socket itself.  So the reader
 remembers the last few large buffers it handed out (:data:`SPARE_BUFFERS`, each at most
-:data:`SPARE_MAX_BYTES`), and fills the next large payload into one that nobody references any
+:data:`SPARE_MAX_BYTES`, :data:`SPARE_TOTAL_BYTES` together), and fills the next large payload into one that nobody references any
 more: no view of it, no object decoded from it without a copy (records of a Fetch answer are views
 of the payload, so a buffer stays out of reuse until those are dropped).  The check is the buffer's
 reference count, which counts every memoryview and every buffer export of it.  A recycled buffer
-is only ever one that earlier data filled, so the bound above holds for it too.
+is only ever one that earlier data filled, and at most twice the payload, so the bound above
+holds for it too.  The network client forgets a connection's buffers once it has been idle for
+a while (:meth:`FrameReader.release_spares`).  Without CPython's reference counts and GIL (PyPy,
+free-threaded builds) nothing is recycled.
 """
 from __future__ import annotations
 
@@ -39,15 +42,19 @@ INITIAL_BUFFER_BYTES = 64 * 1024
 # Payloads at least this large, and at most SPARE_MAX_BYTES, are filled into recycled buffers.
 SPARE_MIN_BYTES = 128 * 1024
 SPARE_MAX_BYTES = 16 * 1024 * 1024
-SPARE_BUFFERS = 4  # per reader (connection): at most this many buffers are remembered
+SPARE_BUFFERS = 4  # per reader (connection): at most this many buffers are remembered,
+SPARE_TOTAL_BYTES = 32 * 1024 * 1024  # of at most this many bytes together
 # A buffer grown for a recyclable payload gets this much headroom (1/8), so that the next,
 # slightly larger answer still fits it.
 _HEADROOM_SHIFT = 3
 
-_getrefcount = sys.getrefcount
-_probe = [bytearray(1)]
-_UNSHARED_REFS = _getrefcount(_probe[0])  # a list slot + the call's argument
-del _probe
+# Recycling needs CPython's reference counts with the GIL (not PyPy, not free-threaded builds).
+RECYCLING = hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambda: True)()
+if RECYCLING:
+    _getrefcount = sys.getrefcount
+    _probe = [bytearray(1)]
+    _UNSHARED_REFS = _getrefcount(_probe[0])  # a list slot + the call's argument
+    del _probe
 
 
 class FrameReader:
@@ -83,15 +90,27 @@ class FrameReader:
         self._filled = 0
 
     def _unshared_spare(self, size: int) -> bytearray | None:
-        """The smallest remembered buffer that holds ``size`` bytes and that nobody references
-        any more (taken out of the list), or None."""
+        """The smallest remembered buffer that holds ``size`` bytes, at most twice that (a small
+        payload must not pin a big buffer), and that nobody references any more (taken out of
+        the list), or None."""
         spares = self._spares
         best = -1
         for i in range(len(spares)):
             n = len(spares[i])
-            if n >= size and (best < 0 or n < len(spares[best])) and _getrefcount(spares[i]) <= _UNSHARED_REFS:
+            if size <= n <= 2 * size and (best < 0 or n < len(spares[best])) \
+                    and _getrefcount(spares[i]) <= _UNSHARED_REFS:
                 best = i
         return spares.pop(best) if best >= 0 else None
+
+    @property
+    def spare_bytes(self) -> int:
+        """Bytes held by remembered buffers (whether or not something still references them)."""
+        return sum(map(len, self._spares))
+
+    def release_spares(self) -> None:
+        """Forget the remembered buffers (those nobody references are freed); e.g. when the
+        connection goes idle."""
+        self._spares.clear()
 
     def _reserve(self, need: int) -> bytearray:
         """Capacity for ``need`` more bytes: grow fourfold (capped at the payload size, plus
@@ -124,10 +143,10 @@ class FrameReader:
         size = self._size
         if body is not None and self._filled == size:
             out.append(memoryview(body)[:size].toreadonly())
-            if SPARE_MIN_BYTES <= len(body) <= SPARE_MAX_BYTES + (SPARE_MAX_BYTES >> _HEADROOM_SHIFT):
+            if RECYCLING and SPARE_MIN_BYTES <= len(body) <= SPARE_MAX_BYTES + (SPARE_MAX_BYTES >> _HEADROOM_SHIFT):
                 spares = self._spares
                 spares.append(body)
-                if len(spares) > SPARE_BUFFERS:
+                while len(spares) > SPARE_BUFFERS or sum(map(len, spares)) > SPARE_TOTAL_BYTES:
                     del spares[0]
             self._body = None
             self._filled = self._size = 0

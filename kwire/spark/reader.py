@@ -111,6 +111,7 @@ def _release(key: tuple, client: NetworkClient, *, healthy: bool) -> None:
     except KwireError:
         client.close()
         return
+    client.release_buffers()  # do not keep up to 32 MiB per broker while waiting for a task
     _idle.setdefault(key, []).append((client, time.monotonic()))
 
 
