@@ -82,7 +82,8 @@ def test_subscribe_pattern_and_assign_select_partitions(tansu, unique_topic):
 
 # --- batch reads --------------------------------------------------------------------------------
 
-def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic):
+@pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
+def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic, reader):
     create(tansu, unique_topic, 3)
     expected = {}
     records = []
@@ -96,7 +97,7 @@ def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic):
     produce(tansu, unique_topic, records)
 
     t0 = time.time()
-    df = ks.read_kafka(spark, **options(tansu, unique_topic, includeHeaders="true"))
+    df = ks.read_kafka(spark, reader=reader, **options(tansu, unique_topic, includeHeaders="true"))
     assert df.schema == ks.kafka_schema(include_headers=True)
     rows = df.collect()
     got = {}
@@ -274,14 +275,33 @@ def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
     assert rows.getNumPartitions() == 2 and sorted((r.partition, r.offset) for r in rows.collect()) == expected
 
 
-@pytest.mark.parametrize("missing", [("pandas",), ("pandas", "pyarrow")], ids=["data-source", "rows"])
-def test_read_kafka_fallbacks(spark, tansu, unique_topic, monkeypatch, missing):
+@pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
+def test_read_kafka_readers_pack_and_start_where_asked(spark, tansu, unique_topic, reader):
     create(tansu, unique_topic, 2)
     fill(tansu, unique_topic, 2, 8)
+    df = ks.read_kafka(spark, reader=reader, **options(tansu, unique_topic, maxPartitions=1,
+                                                       startingOffsets='{"%s": {"1": 3}}' % unique_topic))
+    assert df.rdd.getNumPartitions() == 1
+    assert offsets_of(df) == {0: list(range(8)), 1: list(range(3, 8))}
+
+
+@pytest.mark.parametrize("missing, expected", [((), "datasource"), (("dataSource",), "mapInArrow"),
+                                               (("dataSource", "pandas"), "rows"), (("pyarrow",), "rows")])
+def test_read_kafka_auto_picks_what_is_installed(spark, tansu, unique_topic, monkeypatch, missing, expected):
+    create(tansu, unique_topic, 1)
+    fill(tansu, unique_topic, 1, 5)
     have = spark_df._have
     monkeypatch.setattr(spark_df, "_have", lambda m: m not in missing and have(m))
-    df = ks.read_kafka(spark, **options(tansu, unique_topic, startingOffsets='{"%s": {"1": 3}}' % unique_topic))
-    assert offsets_of(df) == {0: list(range(8)), 1: list(range(3, 8))}
+    available = spark_df._data_source_available
+    monkeypatch.setattr(spark_df, "_data_source_available",
+                        lambda s: "dataSource" not in missing and available(s))
+    df = ks.read_kafka(spark, **options(tansu, unique_topic))
+    plan = df._jdf.queryExecution().analyzed().toString()  # its top node says which reader
+    top = {"datasource": "RelationV2", "mapInArrow": "MapInArrow", "rows": "LogicalRDD"}[expected]
+    assert plan.startswith(top), plan
+    assert offsets_of(df) == {0: list(range(5))}
+    with pytest.raises(ConfigError, match="reader must be one of"):
+        ks.read_kafka(spark, reader="jdbc", **options(tansu, unique_topic))
 
 
 def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, tansu, unique_topic):

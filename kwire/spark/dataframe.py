@@ -1,9 +1,10 @@
 """``read_kafka`` (DataFrame), ``kafka_rdd`` and ``kafka_arrow_rdd`` (RDDs): Kafka into PySpark
 without a Data Source.
 
-:func:`read_kafka` plans on the driver, then ships one planned range per Spark partition to
-``mapInArrow``, whose executors decode Fetch answers straight into Arrow record batches (when
-pyarrow is missing it falls back to the row path through an RDD).  With ``commitToGroup`` the
+:func:`read_kafka` plans on the driver, then hands the planned ranges to the "kwire" Data Source
+(or, on request or without the Data Source API, to ``mapInArrow``), whose executors decode Fetch
+answers straight into Arrow record batches; without pyarrow it falls back to the row path
+through an RDD.  With ``commitToGroup`` the
 DataFrame carries a :class:`PendingCommit`: once the first Spark action over it succeeds (a
 ``pyspark.sql.Observation`` on the DataFrame tells), the driver commits the planned end
 offsets to the group.
@@ -23,7 +24,7 @@ import uuid
 from typing import Any, Iterable, Mapping
 
 from ..config import parse_config
-from ..errors import KafkaTimeoutError, KwireError
+from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from .offset_reader import OffsetReader
 from .options import SourceOptions, parse_options
 from .planner import OffsetRange, task_groups
@@ -100,34 +101,57 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def read_kafka(spark, **options: Any):
+_READERS = ("auto", "datasource", "mapInArrow", "rows")
+# Options that only planning uses: the Data Source reads ranges planned here without them.
+_PLANNING_ONLY = {name.lower() for name in (
+    "commitToGroup", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp", "startingTimestamp", "endingTimestamp",
+    "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition")}
+
+
+def _data_source_available(spark) -> bool:
+    return hasattr(spark, "dataSource") and _have("pyarrow")  # the Python Data Source API (Spark 4)
+
+
+def read_kafka(spark, *, reader: str = "auto", **options: Any):
     """A DataFrame of the records the options select (Spark's Kafka source options; see
     :mod:`kwire.spark.options`), in Spark's Kafka schema.
 
     Planning happens now, on the driver: an unknown option, malformed JSON, a missing topic or
     an unreachable cluster raise here, before any task runs.
+
+    ``reader`` picks how executors hand the records to Spark: ``"datasource"`` (the "kwire"
+    Python Data Source, reading the ranges planned here; Arrow batches), ``"mapInArrow"``
+    (a DataFrame of the ranges, mapped to Arrow batches; needs pandas installed), ``"rows"``
+    (an RDD of row tuples, no pyarrow needed), or ``"auto"``: the first of these that is
+    available, in that order (the Data Source is the fastest: it skips the ranges DataFrame).
     """
+    if reader not in _READERS:
+        raise ConfigError(f"read_kafka: reader must be one of {', '.join(_READERS)}, not {reader!r}")
     opts = parse_options(options, streaming=False)
+    if reader == "auto":
+        reader = ("datasource" if _data_source_available(spark)
+                  else "mapInArrow" if _have("pyarrow") and _have("pandas") else "rows")
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
     settings = ReadSettings.from_options(opts)
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
-    if _have("pyarrow") and _have("pandas"):  # mapInArrow wants pandas installed, though unused
+    if reader == "datasource":
+        from .datasource import PLANNED_RANGES_OPTION, KwireDataSource
+
+        spark.dataSource.register(KwireDataSource)
+        source = spark.read.format("kwire")
+        for k, v in options.items():  # what reading the planned ranges needs
+            if k.lower() not in _PLANNING_ONLY and v is not None:
+                source = source.option(k, _option_text(v))
+        rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
+        df = source.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
+    elif reader == "mapInArrow":
         # a Spark partition per task group: the rows of group i land in partition i
         tasks = _ranges_rdd(sc, plan.ranges, opts.max_partitions).flatMap(_range_rows)
         ranges = spark.createDataFrame(tasks, _RANGES_SCHEMA)
         df = ranges.mapInArrow(_ArrowRanges(settings), schema)
-    elif _have("pyarrow"):  # the Data Source, reading the ranges planned here
-        from .datasource import PLANNED_RANGES_OPTION, KwireDataSource
-
-        spark.dataSource.register(KwireDataSource)
-        reader = spark.read.format("kwire")
-        for k, v in options.items():
-            if k.lower() != "committogroup" and v is not None:
-                reader = reader.option(k, _option_text(v))
-        rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
-        df = reader.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
     else:
         rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_RowRanges(settings))
         df = spark.createDataFrame(rdd, schema)
