@@ -444,19 +444,19 @@ def test_auto_metadata_refresh_learns_brokers(broker):
         assert all(b.port > 0 for b in c.metadata.brokers.values())
 
 
-def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_topic, unique_topic, monkeypatch):
+def test_fetched_records_are_views_that_survive_buffer_recycling(broker, create_topic, unique_topic, monkeypatch):
     """Fetch answers' record sets are read-only views of the frame buffer, not copies; a view
     kept alive keeps its buffer out of reuse while later answers arrive, and buffers nobody
-    holds any more are refilled (Tansu, 3 MB in ~300 KB answers)."""
+    holds any more are refilled (each peer, 3 MB in ~300 KB answers)."""
     from kwire import Producer
     from kwire.records import iter_records
 
-    create_topic(tansu, unique_topic, 1)
-    with Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 50, "batch.size": 64 * 1024}) as p:
+    create_topic(broker, unique_topic, 1)
+    with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.size": 256 * 1024}) as p:
         for i in range(30_000):
             p.produce(unique_topic, value=b"%06d" % i + b"v" * 94, partition=0)
         assert p.flush(30) == 0
-    with _client(tansu.bootstrap) as c:
+    with _client(broker.bootstrap) as c:
         c.metadata.add_topics([unique_topic])
         md = c.refresh_metadata(timeout_ms=5000)
         leader = md.leader_for(unique_topic, 0)
@@ -488,7 +488,7 @@ def test_fetched_records_are_views_that_survive_buffer_recycling(tansu, create_t
         assert bytes(held) == held_copy  # never written over
         assert [r.value for r in iter_records(held)][:2] == [b"000000" + b"v" * 94, b"000001" + b"v" * 94]
         reader = next(conn for conn in c._conns.values() if conn.node_id == leader).reader
-        assert seen >= 8 and reader.recycled >= seen - 3, (seen, reader.recycled)
+        assert seen >= 5 and reader.recycled >= seen - 3, (seen, reader.recycled)
         # an idle connection forgets its buffers (after SPARE_IDLE_MS; here at once)
         assert reader.spare_bytes > 0
         import kwire.net.client as client_module

@@ -273,6 +273,9 @@ def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
     assert sorted(pairs) == expected
     rows = ks.kafka_rdd(sc, config, ranges, num_partitions=2)
     assert rows.getNumPartitions() == 2 and sorted((r.partition, r.offset) for r in rows.collect()) == expected
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ConfigError, match="num_partitions"):
+            ks.kafka_arrow_rdd(sc, config, ranges, num_partitions=bad)
 
 
 @pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])

@@ -290,6 +290,19 @@ def test_connections_are_cached_between_ranges():
         assert not R._idle
 
 
+def test_a_cached_client_keeps_no_receive_buffers():
+    """Fetch answers of 200 KB are filled into recycled buffers while a range is read; the
+    connection cache frees them when it takes the client back."""
+    big = [batch(i * 100, range(100), values=[b"x" * 2000] * 100) for i in range(6)]
+    with FakeLog(big, cut=True) as log:
+        s = log.settings(kafka={"max.partition.fetch.bytes": 210_000})
+        assert [o for o, _ in arrow_rows(s, (0, 0, 600))] == list(range(600))
+        (client, _), = R._idle[R._cache_key(s.kafka)]
+        readers = [c.reader for c in client._conns.values()]
+        assert sum(r.recycled for r in readers) >= 1
+        assert all(r.spare_bytes == 0 for r in readers)
+
+
 def test_headers_in_rows_and_arrow():
     with FakeLog([batch(0, [0, 1], headers=[("a", b"1"), ("b", None)])]) as log:
         s = log.settings(include_headers=True)

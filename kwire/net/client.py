@@ -1118,7 +1118,7 @@ class NetworkClient:
                 self._close_conn(conn, KafkaConnectionError(
                     f"node {conn.node_id}: SASL session expired; reconnecting"), now, failure=False)
                 continue
-            if conn.reader.spare_bytes and not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS:
+            if not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS and conn.reader.spare_bytes:
                 conn.reader.release_spares()  # idle: do not keep large receive buffers around
             if conn.queue:
                 for f in [f for f in conn.queue if now >= f.deadline_ms]:

@@ -16,9 +16,10 @@ copied through a small scratch buffer.
 Buffers of large payloads are recycled.  Fresh memory costs a page fault per 4 KiB on first touch
 and, for ``bytearray``, a zero fill -- more than the copy from the socket itself.  So the reader
 remembers the last few large buffers it handed out (:data:`SPARE_BUFFERS`, each at most
-:data:`SPARE_MAX_BYTES`, :data:`SPARE_TOTAL_BYTES` together), and fills the next large payload into one that nobody references any
-more: no view of it, no object decoded from it without a copy (records of a Fetch answer are views
-of the payload, so a buffer stays out of reuse until those are dropped).  The check is the buffer's
+:data:`SPARE_MAX_BYTES`, :data:`SPARE_TOTAL_BYTES` together), and fills the next large payload
+into one that nobody references any more: no view of it, no object decoded from it without a
+copy (records of a Fetch answer are views of the payload, so a buffer stays out of reuse until
+those are dropped).  The check is the buffer's
 reference count, which counts every memoryview and every buffer export of it.  A recycled buffer
 is only ever one that earlier data filled, and at most twice the payload, so the bound above
 holds for it too.  The network client forgets a connection's buffers once it has been idle for

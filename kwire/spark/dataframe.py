@@ -54,33 +54,34 @@ class _ArrowRanges:
                 yield from read_range_arrow(self.settings, r, schema)
 
 
-class _RowRanges:
-    """The ``mapPartitions`` function of :func:`kafka_rdd`: each element is a group of ranges
-    one task reads in turn (runs on executors)."""
+class _GroupReader:
+    """The ``mapPartitions`` function of :func:`kafka_rdd` (rows) and :func:`kafka_arrow_rdd`
+    (Arrow batches): each element is a group of ranges one task reads in turn (runs on
+    executors)."""
 
-    def __init__(self, settings: ReadSettings):
+    def __init__(self, settings: ReadSettings, arrow: bool = False):
         self.settings = settings
+        self.arrow = arrow
 
     def __call__(self, groups):
+        if self.arrow:
+            from .arrow import kafka_arrow_schema
+
+            schema = kafka_arrow_schema(self.settings.include_headers)
+            read = lambda r: read_range_arrow(self.settings, r, schema)  # noqa: E731
+        else:
+            read = lambda r: read_range_rows(self.settings, r)  # noqa: E731
         for group in groups:
             for r in group:
-                yield from read_range_rows(self.settings, r)
-
-
-class _BatchRanges(_RowRanges):
-    """The ``mapPartitions`` function of :func:`kafka_arrow_rdd`."""
-
-    def __call__(self, groups):
-        from .arrow import kafka_arrow_schema
-
-        schema = kafka_arrow_schema(self.settings.include_headers)
-        for group in groups:
-            for r in group:
-                yield from read_range_arrow(self.settings, r, schema)
+                yield from read(r)
 
 
 def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
     """An RDD with one element per task: the list of ranges that task reads."""
+    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
+                                       or num_partitions < 1):
+        raise ConfigError(f"num_partitions must be a whole number of at least 1 (or None), "
+                          f"not {num_partitions!r}")
     groups = task_groups(ranges, num_partitions)
     return sc.parallelize(groups, max(1, len(groups)))
 
@@ -153,7 +154,7 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
         ranges = spark.createDataFrame(tasks, _RANGES_SCHEMA)
         df = ranges.mapInArrow(_ArrowRanges(settings), schema)
     else:
-        rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_RowRanges(settings))
+        rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_GroupReader(settings))
         df = spark.createDataFrame(rdd, schema)
     if opts.commit_group:
         df = _commit_after_first_action(df, opts, plan.end,
@@ -183,7 +184,7 @@ def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_par
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
     ranges = [_as_range(r) for r in offset_ranges]
-    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_RowRanges(settings))
+    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings))
 
 
 def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
@@ -196,7 +197,7 @@ def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, n
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
     ranges = [_as_range(r) for r in offset_ranges]
-    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_BatchRanges(settings))
+    return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings, arrow=True))
 
 
 # --- commitToGroup for batch reads --------------------------------------------------------------
