@@ -1,4 +1,5 @@
-"""Shared fixtures: both codec twins, and the real peers (Tansu, librdkafka's mock cluster).
+"""Shared fixtures: both codec twins, and the real peers: Apache Kafka (4.3, the reference; 3.9,
+the last 3.x; a 3-node cluster), Tansu and librdkafka's mock cluster.
 
 The brokers are started once per test session on free loopback ports and stopped at the end.
 Tests that need a topic of their own create it with a unique name (see `unique_topic`).
@@ -13,6 +14,7 @@ import pytest
 
 from kwire import _pycodec
 from kwire.embedded import MockCluster, TansuBroker
+from kwire.embedded.kafka import KAFKA_3_VERSION, KAFKA_VERSION, KafkaCluster
 
 try:
     from kwire import _codec as _compiled
@@ -47,9 +49,65 @@ def mock_cluster():
         yield cluster
 
 
-@pytest.fixture(params=["tansu", "mock_cluster"])
+_kafka_clusters: list[KafkaCluster] = []
+
+
+def start_kafka(request, num_nodes: int = 1, **kw) -> KafkaCluster:
+    """A KafkaCluster whose logs stay on disk when a test of the run failed (see the report hook)."""
+    cluster = KafkaCluster(num_nodes, keep_logs=True, **kw)
+    _kafka_clusters.append(cluster)
+    return cluster
+
+
+def stop_kafka(request, cluster: KafkaCluster) -> None:
+    cluster.keep_logs = request.session.testsfailed > 0
+    cluster.close()
+    if cluster.keep_logs:
+        print(f"\nkwire: Apache Kafka logs of this run kept in {cluster.workdir}")
+    _kafka_clusters.remove(cluster)
+
+
+@pytest.fixture(scope="session")
+def kafka(request):
+    """Apache Kafka 4.3 (the reference peer): one combined KRaft node for the whole session."""
+    cluster = start_kafka(request, version=KAFKA_VERSION)
+    yield cluster
+    stop_kafka(request, cluster)
+
+
+@pytest.fixture(scope="session")
+def kafka39(request):
+    """Apache Kafka 3.9, the last 3.x release: one combined KRaft node for the whole session."""
+    cluster = start_kafka(request, version=KAFKA_3_VERSION)
+    yield cluster
+    stop_kafka(request, cluster)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used Apache Kafka shows where its logs are and their tail."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _kafka_clusters and any(n.startswith("kafka") for n in getattr(item, "fixturenames", ())):
+        for cluster in _kafka_clusters:
+            report.sections.append((f"Apache Kafka {cluster.version} ({cluster.workdir})", cluster.log_tail(1500)))
+
+
+@pytest.fixture(params=["kafka", "tansu", "mock_cluster"])
 def broker(request):
     """Each real peer in turn; `.bootstrap` is its bootstrap.servers string."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["kafka", "tansu"])
+def peer(request):
+    """Apache Kafka, then Tansu: the peers that have CreateTopics, groups and committed offsets."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=["kafka", "kafka39"])
+def kafka_version(request):
+    """Apache Kafka 4.3, then 3.9."""
     return request.getfixturevalue(request.param)
 
 

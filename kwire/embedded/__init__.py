@@ -21,7 +21,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from .errors import KwireError
+from ..errors import KwireError
 
 
 class EmbeddedBrokerError(KwireError):
