@@ -16,6 +16,7 @@ demo: build
 
 test: build
 	bash tools/system-deps.sh
+	$(PYTHON) -m kwire.embedded.kafka
 	KWIRE_REQUIRE_EXTENSION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 # The benchmark suite (bench/; sizes from KWIRE_BENCH_* variables, see bench/harness.py):

@@ -51,10 +51,22 @@ def mock_cluster():
 
 _kafka_clusters: list[KafkaCluster] = []
 
+# Group timings for a test run: Kafka refuses session timeouts under
+# group.min.session.timeout.ms (6 s by default) with INVALID_SESSION_TIMEOUT, and the KIP-848
+# defaults (45 s session, 5 s heartbeat) would make every membership change take seconds.
+KAFKA_TEST_PROPERTIES = {
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "500",
+}
+
 
 def start_kafka(request, num_nodes: int = 1, **kw) -> KafkaCluster:
     """A KafkaCluster whose logs stay on disk when a test of the run failed (see the report hook)."""
-    cluster = KafkaCluster(num_nodes, keep_logs=True, **kw)
+    properties = {**KAFKA_TEST_PROPERTIES, **kw.pop("properties", {})}
+    cluster = KafkaCluster(num_nodes, keep_logs=True, properties=properties, **kw)
     _kafka_clusters.append(cluster)
     return cluster
 

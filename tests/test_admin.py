@@ -7,8 +7,8 @@ from kwire.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, 
 from .fake_broker import FakeBroker, api_versions_ok, frame
 
 
-def test_create_topics_and_typed_errors(tansu, unique_topic):
-    with Admin({"bootstrap.servers": tansu.bootstrap}) as admin:
+def test_create_topics_and_typed_errors(peer, unique_topic):
+    with Admin({"bootstrap.servers": peer.bootstrap}) as admin:
         assert admin.create_topics([(unique_topic, 4, 1)], timeout=10, wait_for_leaders=True) == {unique_topic: None}
         with pytest.raises(TopicAlreadyExistsError) as info:
             admin.create_topics([(unique_topic, 4, 1)], timeout=10)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from kwire.embedded import TansuBroker
+
 from kwire.cli import main
 from kwire.producer import partition_for
 
@@ -88,8 +90,8 @@ def test_metadata_and_topics_json_shape(broker, unique_topic, create_topic, caps
     assert re.search(r"^TOPIC +PARTITION +LEADER +REPLICAS +ISR", out, re.M) and "\x1b[" not in out
 
 
-def test_topics_create_then_describe(tansu, unique_topic, capsys):
-    b = tansu.bootstrap
+def test_topics_create_then_describe(peer, unique_topic, capsys):
+    b = peer.bootstrap
     code, out, err = run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 4,
                          "--replication-factor", 1)
     assert code == 0, err
@@ -147,8 +149,8 @@ def test_produce_lines_then_consume_them_as_json(broker, unique_topic, create_to
         assert [(r["key"], r["payload"]) for r in recs] == expected[p]
 
 
-def test_json_records_round_trip_through_produce(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_json_records_round_trip_through_produce(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     copy = unique_topic + "-copy"
     for t in (unique_topic, copy):
         assert run(capsys, "topics", "-b", b, "--create", t, "--partitions", 2, "--replication-factor", 1)[0] == 0
@@ -205,8 +207,8 @@ def test_json_records_round_trip_through_produce(tansu, unique_topic, capsys, mo
     assert out == 'text\n{"nested":[1,2]}\n'
 
 
-def test_consume_from_offset_and_from_timestamp(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_consume_from_offset_and_from_timestamp(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 1, "--replication-factor", 1)[0] == 0
     since_ms = None
     for batch in range(3):  # three produce runs: three batches
@@ -285,8 +287,8 @@ class _Member:
         self.consumer.close()
 
 
-def test_groups_describe_and_offsets_of_a_live_consumer(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_groups_describe_and_offsets_of_a_live_consumer(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     group = f"g-{unique_topic}"
     assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 2, "--replication-factor", 1)[0] == 0
     data = "".join(json.dumps({"value": f"v{i}", "partition": i % 2}) + "\n" for i in range(10)).encode()
@@ -307,8 +309,14 @@ def test_groups_describe_and_offsets_of_a_live_consumer(tansu, unique_topic, cap
         assert d["group"] == group and d["state"] == "Stable" and d["protocol_type"] == "consumer"
         assert len(d["members"]) == 1
         assert d["members"][0]["member_id"].startswith("cli-test-member-")
-        # Tansu 0.6 sends empty member metadata and assignments: nothing to decode
-        assert d["members"][0]["subscription"] is None and d["members"][0]["assignment"] is None
+        m = d["members"][0]
+        if isinstance(peer, TansuBroker):
+            # Tansu 0.6 sends empty member metadata and assignments: nothing to decode
+            assert m["subscription"] is None and m["assignment"] is None
+        else:  # Kafka's behaviour: DescribeGroups returns the member's metadata and assignment as sent
+            assert m["subscription"]["topics"] == [unique_topic]
+            assigned = {(tp["topic"], p) for tp in m["assignment"]["partitions"] for p in tp["partitions"]}
+            assert assigned == {(unique_topic, 0), (unique_topic, 1)}, m["assignment"]
 
         consumed = {p: sum(1 for r in member.records if r.partition == p) for p in (0, 1)}
         committed = {p: n or None for p, n in consumed.items()}  # a partition not read: nothing committed
@@ -393,8 +401,8 @@ class _describing_broker:
         self.broker.close()
 
 
-def test_consume_with_group_traces_a_consumers_whole_life(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_consume_with_group_traces_a_consumers_whole_life(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     group = f"g-{unique_topic}"
     assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 2, "--replication-factor", 1)[0] == 0
     data = "".join(json.dumps({"value": f"v{i}", "partition": i % 2}) + "\n" for i in range(20)).encode()
@@ -450,8 +458,8 @@ def test_offsets_on_the_mock_cluster(mock_cluster, unique_topic, create_topic, c
     assert "has no committed offsets" in one_line_error(err, "offsets")
 
 
-def test_consume_trace_text_without_a_group(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_consume_trace_text_without_a_group(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 1, "--replication-factor", 1)[0] == 0
     assert run(capsys, "produce", "-b", b, "-t", unique_topic, stdin=b"a\nb\nc\n", monkeypatch=monkeypatch)[0] == 0
     code, out, err = run(capsys, "consume", "-b", b, "-t", unique_topic, "--from-beginning", "--count", 3,
@@ -469,8 +477,8 @@ def test_consume_trace_text_without_a_group(tansu, unique_topic, capsys, monkeyp
     assert any(" ← " in line and "Fetch" in line and "rtt=" in line for line in heads)
 
 
-def test_debug_protocol_logs_a_line_per_frame(tansu, capsys):
-    code, out, err = run(capsys, "metadata", "-b", tansu.bootstrap, "-X", "debug=protocol", "--format", "json")
+def test_debug_protocol_logs_a_line_per_frame(peer, capsys):
+    code, out, err = run(capsys, "metadata", "-b", peer.bootstrap, "-X", "debug=protocol", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["brokers"]
     log = [line for line in err.splitlines() if "kwire.protocol" in line]
@@ -505,8 +513,8 @@ def test_a_silent_broker_fails_within_the_timeout(argv, capsys):
     assert elapsed < 5, elapsed
 
 
-def test_unknown_topic_is_one_line_and_exit_1(tansu, unique_topic, capsys, monkeypatch):
-    b = tansu.bootstrap
+def test_unknown_topic_is_one_line_and_exit_1(peer, unique_topic, capsys, monkeypatch):
+    b = peer.bootstrap
     for argv in (["consume", "-t", unique_topic], ["produce", "-t", unique_topic],
                  ["topics", "--describe", unique_topic], ["metadata", "-t", unique_topic],
                  ["offsets", "-g", "g", "-t", unique_topic]):
@@ -532,8 +540,8 @@ def _kwire(*argv, stdin: bytes | None = None, timeout=60):
                           timeout=timeout, env=env, cwd=str(ROOT))
 
 
-def test_produce_and_consume_as_processes(tansu, unique_topic, capsys):
-    b = tansu.bootstrap
+def test_produce_and_consume_as_processes(peer, unique_topic, capsys):
+    b = peer.bootstrap
     assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 1, "--replication-factor", 1)[0] == 0
     values = [b"plain", b"\xff\xfe not utf-8", "ünïcode".encode(), b""]
     proc = _kwire("produce", "-b", b, "-t", unique_topic, stdin=b"".join(v + b"\n" for v in values))

@@ -211,14 +211,14 @@ def run_real_clients(bootstrap: str, topic: str) -> None:
         raise errors[0]
 
 
-def test_live_capture_of_real_clients(tansu, unique_topic, tmp_path, capsys):
-    with capturing(tansu.port, tmp_path) as pcap:
-        run_real_clients(tansu.bootstrap, unique_topic)
+def test_live_capture_of_real_clients(peer, unique_topic, tmp_path, capsys):
+    with capturing(peer.port, tmp_path) as pcap:
+        run_real_clients(peer.bootstrap, unique_topic)
     files = {"pcap": pcap, "pcapng": as_pcapng(pcap)}
     if files["pcapng"] is None:
         pytest.fail("editcap is missing: `make test` installs it (tools/system-deps.sh, tshark)")
     for kind, path in files.items():
-        result = decode_capture(path, ports=[tansu.port], auto_detect=False)
+        result = decode_capture(path, ports=[peer.port], auto_detect=False)
         # Only connections opened during the capture: a client another test left running on the
         # session's broker may show up mid-connection.
         ours = {c.index for c in result.connections if c.opened_in_capture}
@@ -240,7 +240,7 @@ def test_live_capture_of_real_clients(tansu, unique_topic, tmp_path, capsys):
         produced = [i for i in result.frames("request") if i.api == "Produce"]
         assert produced and all(i.body["topic_data"] for i in produced)
         # The CLI agrees: exit 0, one JSON object per line, every record counted once.
-        code, out, err = run_cli(capsys, str(path), "--port", str(tansu.port), "--format", "json")
+        code, out, err = run_cli(capsys, str(path), "--port", str(peer.port), "--format", "json")
         assert code == (1 if result.problems else 0), err
         events = [json.loads(line) for line in out.splitlines()]
         events = [e for e in events if e["connection"] in ours]
@@ -251,7 +251,7 @@ def test_live_capture_of_real_clients(tansu, unique_topic, tmp_path, capsys):
         assert produce_records == TOTAL_RECORDS
     if UPDATE:
         shutil.copyfile(pcap, SAVED_CAPTURE)
-        SAVED_CAPTURE_INFO.write_text(json.dumps({"broker_port": tansu.port}) + "\n")
+        SAVED_CAPTURE_INFO.write_text(json.dumps({"broker_port": peer.port}) + "\n")
 
 
 def test_saved_real_capture_decodes_offline(capsys):
@@ -723,11 +723,11 @@ def test_tracer_through_logging(caplog):
     assert "← node 1 127.0.0.1:9092  Produce v9  corr=5  120 B  rtt=1.250 ms" in stream.getvalue()
 
 
-def test_tracer_on_a_real_network_client(tansu):
+def test_tracer_on_a_real_network_client(peer):
     from kwire.net import NetworkClient
 
     out = io.StringIO()
-    client = NetworkClient({"bootstrap.servers": tansu.bootstrap}, tracer=make_tracer("json", stream=out))
+    client = NetworkClient({"bootstrap.servers": peer.bootstrap}, tracer=make_tracer("json", stream=out))
     try:
         client.request(None, "Metadata", lambda v: {"topics": []}, timeout_ms=10_000)
     finally:

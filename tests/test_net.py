@@ -400,32 +400,32 @@ def test_wakeup_interrupts_poll():
         assert time.monotonic() - t0 < 2
 
 
-def test_tracer_sees_sends_and_receives(tansu):
+def test_tracer_sees_sends_and_receives(peer):
     events = []
-    with _client(tansu.bootstrap, tracer=events.append, auto_metadata=False) as c:
+    with _client(peer.bootstrap, tracer=events.append, auto_metadata=False) as c:
         c.request(None, "Metadata", _metadata_body([]), 5000)
     kinds = [(e["direction"], e["api"]) for e in events]
     assert kinds[:2] == [("send", "ApiVersions"), ("recv", "ApiVersions")]
     assert ("send", "Metadata") in kinds and ("recv", "Metadata") in kinds
     recv = [e for e in events if e["direction"] == "recv" and e["api"] == "Metadata"][0]
-    assert recv["rtt_ms"] is not None and recv["size_bytes"] > 0 and recv["address"] == tansu.bootstrap
+    assert recv["rtt_ms"] is not None and recv["size_bytes"] > 0 and recv["address"] == peer.bootstrap
     assert recv["node_id"] == -1 and isinstance(recv["body"], dict) and recv["version"] >= 1
     send = [e for e in events if e["direction"] == "send" and e["api"] == "Metadata"][0]
     assert send["correlation_id"] == recv["correlation_id"] and send["rtt_ms"] is None
 
 
-def test_protocol_debug_logging(tansu, caplog):
+def test_protocol_debug_logging(peer, caplog):
     import logging
     with caplog.at_level(logging.DEBUG, logger="kwire.protocol"):
-        with _client(tansu.bootstrap, auto_metadata=False) as c:
+        with _client(peer.bootstrap, auto_metadata=False) as c:
             c.request(None, "Metadata", _metadata_body([]), 5000)
     lines = [r.getMessage() for r in caplog.records if r.name == "kwire.protocol"]
     assert any(line.startswith("send") and "Metadata" in line for line in lines)
     assert any(line.startswith("recv") and "rtt=" in line for line in lines)
 
 
-def test_unknown_node_and_encode_errors(tansu):
-    with _client(tansu.bootstrap) as c:
+def test_unknown_node_and_encode_errors(peer):
+    with _client(peer.bootstrap) as c:
         f = c.send(12345, "Metadata", _metadata_body([]))
         assert f.done and isinstance(f.error, KafkaConnectionError)
         bad = c.send(None, "Metadata", lambda v: {"topics": [{"name": 7}]})

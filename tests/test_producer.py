@@ -46,12 +46,12 @@ def _keys():
         [f"k{i}".encode() for i in range(40)]
 
 
-def test_partitioners_match_librdkafka(tansu, create_topic, unique_topic):
-    n = create_topic(tansu, unique_topic, 7)
+def test_partitioners_match_librdkafka(peer, create_topic, unique_topic):
+    n = create_topic(peer, unique_topic, 7)
     keys = _keys()
     for name in ("murmur2_random", "murmur2", "consistent_random", "consistent", "fnv1a_random", "fnv1a"):
         got = {}
-        p = ck.Producer({"bootstrap.servers": tansu.bootstrap, "partitioner": name, "linger.ms": 5})
+        p = ck.Producer({"bootstrap.servers": peer.bootstrap, "partitioner": name, "linger.ms": 5})
         sent = keys + ([None] if not name.endswith("_random") else [])
         for k in sent:
             p.produce(unique_topic, b"v", key=k,
@@ -163,10 +163,10 @@ def test_keyed_records_land_where_java_puts_them(broker, create_topic, unique_to
         assert m.partition() == (murmur2(m.key()) & 0x7FFFFFFF) % n
 
 
-def test_null_keys_stick_to_one_partition_per_batch(tansu, create_topic, unique_topic):
-    create_topic(tansu, unique_topic, 5)
+def test_null_keys_stick_to_one_partition_per_batch(peer, create_topic, unique_topic):
+    create_topic(peer, unique_topic, 5)
     reports = []
-    with Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 1000}) as p:
+    with Producer({"bootstrap.servers": peer.bootstrap, "linger.ms": 1000}) as p:
         p.list_topics(unique_topic)  # warm the metadata
         p.poll(0.2)
         for i in range(30):
@@ -177,23 +177,23 @@ def test_null_keys_stick_to_one_partition_per_batch(tansu, create_topic, unique_
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
-def test_acks(tansu, create_topic, unique_topic, acks):
-    create_topic(tansu, unique_topic, 1)
+def test_acks(peer, create_topic, unique_topic, acks):
+    create_topic(peer, unique_topic, 1)
     reports = []
-    with Producer({"bootstrap.servers": tansu.bootstrap, "acks": acks, "linger.ms": 0}) as p:
+    with Producer({"bootstrap.servers": peer.bootstrap, "acks": acks, "linger.ms": 0}) as p:
         for i in range(5):
             p.produce(unique_topic, b"v%d" % i, on_delivery=lambda e, m: reports.append((e, m)))
         assert p.flush(10) == 0
     assert all(e is None for e, _ in reports)
     offsets = [m.offset() for _, m in reports]
     assert offsets == ([-1001] * 5 if acks == "0" else list(range(5)))  # OFFSET_INVALID
-    assert len(_consume_all(tansu.bootstrap, unique_topic, 5)) == 5
+    assert len(_consume_all(peer.bootstrap, unique_topic, 5)) == 5
 
 
-def test_poll_serves_callbacks_and_config_callback(tansu, create_topic, unique_topic):
-    create_topic(tansu, unique_topic, 1)
+def test_poll_serves_callbacks_and_config_callback(peer, create_topic, unique_topic):
+    create_topic(peer, unique_topic, 1)
     seen = []
-    with Producer({"bootstrap.servers": tansu.bootstrap, "on_delivery": lambda e, m: seen.append(m)}) as p:
+    with Producer({"bootstrap.servers": peer.bootstrap, "on_delivery": lambda e, m: seen.append(m)}) as p:
         p.produce(unique_topic, "text value", key="text key")
         served = 0
         deadline = time.monotonic() + 10
@@ -220,9 +220,9 @@ def test_local_errors():
         p._net.close()
 
 
-def test_delivery_timeout_for_unknown_topic(tansu, unique_topic):
+def test_delivery_timeout_for_unknown_topic(peer, unique_topic):
     reports = []
-    conf = {"bootstrap.servers": tansu.bootstrap, "allow.auto.create.topics": False,
+    conf = {"bootstrap.servers": peer.bootstrap, "allow.auto.create.topics": False,
             "delivery.timeout.ms": 800}
     with Producer(conf) as p:
         p.produce(unique_topic, b"v", on_delivery=lambda e, m: reports.append(e))
@@ -303,10 +303,10 @@ def _decode_fetch_records(records_blob):
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_librdkafka_batches_decode_exactly(tansu, create_topic, unique_topic, compression):
-    create_topic(tansu, unique_topic, 1)
+def test_librdkafka_batches_decode_exactly(peer, create_topic, unique_topic, compression):
+    create_topic(peer, unique_topic, 1)
     delivered = []
-    p = ck.Producer({"bootstrap.servers": tansu.bootstrap, "compression.type": compression,
+    p = ck.Producer({"bootstrap.servers": peer.bootstrap, "compression.type": compression,
                      "linger.ms": 50, "batch.num.messages": 5})
     produced = _golden_records()
     for i, (key, value, headers, ts) in enumerate(produced):
@@ -319,7 +319,7 @@ def test_librdkafka_batches_decode_exactly(tansu, create_topic, unique_topic, co
     expected = sorted((_record_json(m.offset(), produced[i][3], produced[i][0], produced[i][1], produced[i][2])
                        for i, _, m in delivered), key=lambda r: r["offset"])
 
-    with NetworkClient({"bootstrap.servers": tansu.bootstrap}) as c:
+    with NetworkClient({"bootstrap.servers": peer.bootstrap}) as c:
         c.metadata.add_topics([unique_topic])
         md = c.refresh_metadata(timeout_ms=5000)
         leader = md.leader_for(unique_topic, 0)

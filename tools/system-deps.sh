@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Debian packages the test suite needs beside Python: installed only when missing, so
 # `make test` works the same on a fresh machine and on one that already has them.
-#   java      PySpark (local[2])
+#   java      PySpark (local[2]) and Apache Kafka (tests/bench/demo: kwire.embedded.kafka)
+#   maven     fetches Apache Kafka's jars from Maven Central (cached in ~/.cache/kwire/kafka)
 #   tcpdump   the live capture test of `kwire decode`; editcap (from tshark) converts to pcapng
 #   liblz4-1, libzstd1  the native lz4/zstd the compiled codec loads (tests check it found them;
 #             Debian base systems have both already)
 set -euo pipefail
 
-# usage: system-deps.sh [java] [capture] [native]   (no argument: all of them)
-wanted=" ${*:-java capture native} "
+# usage: system-deps.sh [java] [maven] [capture] [native]   (no argument: all of them)
+wanted=" ${*:-java maven capture native} "
 need=()
 if [[ $wanted == *" java "* ]]; then
   command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+fi
+if [[ $wanted == *" maven "* ]]; then
+  command -v mvn >/dev/null 2>&1 || need+=(maven)
 fi
 if [[ $wanted == *" capture "* ]]; then
   command -v tcpdump >/dev/null 2>&1 || need+=(tcpdump)

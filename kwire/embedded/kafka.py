@@ -408,6 +408,13 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return self.address("PLAINTEXT")
 
+    host = "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        """The first node's PLAINTEXT port."""
+        return self.nodes[self.nodes_ids[0]].ports["PLAINTEXT"]
+
     def log_tail(self, n_bytes: int = 4000) -> str:
         return "\n".join(f"=== Kafka node {i} ({self.nodes[i].log_dir})\n{self.nodes[i].log_tail(n_bytes)}"
                          for i in self.nodes_ids)
@@ -436,3 +443,11 @@ class KafkaCluster:
             self.close()
         except Exception:
             pass
+
+
+if __name__ == "__main__":  # python -m kwire.embedded.kafka [VERSION ...]: fetch the jars ahead of a run
+    import sys
+
+    for v in sys.argv[1:] or [KAFKA_VERSION, KAFKA_3_VERSION]:
+        t0 = time.monotonic()
+        print(f"Apache Kafka {v}: {kafka_jars(v)} ({time.monotonic() - t0:.1f} s)")

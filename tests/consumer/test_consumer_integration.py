@@ -393,16 +393,16 @@ def test_connection_cut_mid_response_loses_nothing(proxied_tansu, unique_topic):
         b"r%d-%05d" % (rnd, i) * 8 for rnd in range(6) for i in range(500))
 
 
-def test_store_offsets_without_auto_store(tansu, unique_topic, create_topic):
-    create_topic(tansu, unique_topic, 1)
-    produce(tansu, unique_topic, [b"%d" % i for i in range(20)], partition=0)
+def test_store_offsets_without_auto_store(peer, unique_topic, create_topic):
+    create_topic(peer, unique_topic, 1)
+    produce(peer, unique_topic, [b"%d" % i for i in range(20)], partition=0)
     cfg = {"group.id": f"g-{unique_topic}", "enable.auto.offset.store": False, **GROUP}
-    with kconsumer(tansu, **cfg) as c:
+    with kconsumer(peer, **cfg) as c:
         c.subscribe([unique_topic])
         recs = drain(c, 20)
         c.store_offsets(recs[7])            # processed up to offset 7 only
         assert c.commit(asynchronous=False)[0].offset == 8
-    with kconsumer(tansu, **cfg) as c:
+    with kconsumer(peer, **cfg) as c:
         c.subscribe([unique_topic])
         assert c.poll(10).offset == 8
 
@@ -434,21 +434,21 @@ def test_idle_consumer_does_not_spin(broker, unique_topic, create_topic):
     assert set(sends) <= {"Fetch", "Heartbeat", "Metadata", "OffsetCommit"}, sends
 
 
-def test_prefetch_memory_stays_within_the_budget_while_a_backlog_waits(tansu, unique_topic, create_topic):
+def test_prefetch_memory_stays_within_the_budget_while_a_backlog_waits(peer, unique_topic, create_topic):
     """A 30 MB backlog and an application that stops after one record: the driver keeps
     fetching only up to queued.max.messages.kbytes (plus one response in flight and the small
     decode-ahead), so what it holds does not grow with the backlog."""
     import tracemalloc
 
-    create_topic(tansu, unique_topic, 1)
-    p = confluent_kafka.Producer({"bootstrap.servers": tansu.bootstrap, "linger.ms": 20,
+    create_topic(peer, unique_topic, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": peer.bootstrap, "linger.ms": 20,
                                   "batch.num.messages": 10000, "queue.buffering.max.messages": 400000})
     for i in range(300_000):
         p.produce(unique_topic, b"x" * 100, partition=0)
         if i % 50_000 == 0:
             p.poll(0)
     assert p.flush(60) == 0
-    cfg = {"bootstrap.servers": tansu.bootstrap, "auto.offset.reset": "earliest",
+    cfg = {"bootstrap.servers": peer.bootstrap, "auto.offset.reset": "earliest",
            "queued.max.messages.kbytes": 2048}
     tracemalloc.start()
     try:
