@@ -14,7 +14,9 @@ import pytest
 
 from kwire import _pycodec
 from kwire.embedded import MockCluster, TansuBroker
-from kwire.embedded.kafka import KAFKA_3_VERSION, KAFKA_VERSION, KafkaCluster
+from kwire.embedded.kafka import KAFKA_3_VERSION, KAFKA_VERSION
+
+from .kafka_util import kafka_clusters, start_kafka, stop_kafka
 
 try:
     from kwire import _codec as _compiled
@@ -49,36 +51,6 @@ def mock_cluster():
         yield cluster
 
 
-_kafka_clusters: list[KafkaCluster] = []
-
-# Group timings for a test run: Kafka refuses session timeouts under
-# group.min.session.timeout.ms (6 s by default) with INVALID_SESSION_TIMEOUT, and the KIP-848
-# defaults (45 s session, 5 s heartbeat) would make every membership change take seconds.
-KAFKA_TEST_PROPERTIES = {
-    "group.min.session.timeout.ms": "1000",
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.session.timeout.ms": "6000",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-    "group.consumer.heartbeat.interval.ms": "500",
-}
-
-
-def start_kafka(request, num_nodes: int = 1, **kw) -> KafkaCluster:
-    """A KafkaCluster whose logs stay on disk when a test of the run failed (see the report hook)."""
-    properties = {**KAFKA_TEST_PROPERTIES, **kw.pop("properties", {})}
-    cluster = KafkaCluster(num_nodes, keep_logs=True, properties=properties, **kw)
-    _kafka_clusters.append(cluster)
-    return cluster
-
-
-def stop_kafka(request, cluster: KafkaCluster) -> None:
-    cluster.keep_logs = request.session.testsfailed > 0
-    cluster.close()
-    if cluster.keep_logs:
-        print(f"\nkwire: Apache Kafka logs of this run kept in {cluster.workdir}")
-    _kafka_clusters.remove(cluster)
-
-
 @pytest.fixture(scope="session")
 def kafka(request):
     """Apache Kafka 4.3 (the reference peer): one combined KRaft node for the whole session."""
@@ -100,8 +72,8 @@ def pytest_runtest_makereport(item, call):
     """A failed test that used Apache Kafka shows where its logs are and their tail."""
     outcome = yield
     report = outcome.get_result()
-    if report.failed and _kafka_clusters and any(n.startswith("kafka") for n in getattr(item, "fixturenames", ())):
-        for cluster in _kafka_clusters:
+    if report.failed and kafka_clusters and any("kafka" in n or n in ("peer", "broker") for n in getattr(item, "fixturenames", ())):
+        for cluster in kafka_clusters:
             report.sections.append((f"Apache Kafka {cluster.version} ({cluster.workdir})", cluster.log_tail(1500)))
 
 
