@@ -54,15 +54,20 @@ class TestCA:
         self.pem = str(self.dir / f"{slug}.pem")
         Path(self.pem).write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, stem: str, *, dns=(), ips=(), client: bool = False, key_password: str | None = None) -> Issued:
+    def issue(self, stem: str, *, dns=(), ips=(), client: bool = False, key_password: str | None = None,
+              expired: bool = False) -> Issued:
+        """A certificate signed by this CA; ``expired``: valid for one hour that ended a day ago."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.timezone.utc)
+        start, end = now - datetime.timedelta(hours=1), now + datetime.timedelta(days=1)
+        if expired:
+            start, end = now - datetime.timedelta(days=1, hours=1), now - datetime.timedelta(days=1)
         sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
         usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
         builder = (
             x509.CertificateBuilder().subject_name(_name(dns[0] if dns else stem)).issuer_name(self.name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .not_valid_before(start).not_valid_after(end)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False))
@@ -75,6 +80,13 @@ class TestCA:
                else serialization.NoEncryption())
         key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc))
         return Issued(str(cert_path), str(key_path))
+
+    def pem_keystore(self, issued: Issued, path) -> str:
+        """One file with the (unencrypted) PKCS#8 key, the certificate and this CA's: what a
+        Java ``ssl.keystore.type=PEM`` keystore location holds."""
+        Path(path).write_bytes(Path(issued.key).read_bytes() + Path(issued.cert).read_bytes()
+                               + Path(self.pem).read_bytes())
+        return str(path)
 
     def server_context(self, issued: Issued, *, require_client_cert_from: "TestCA | None" = None) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

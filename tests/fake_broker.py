@@ -18,6 +18,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 
 from kwire.protocol import api as P
 
@@ -187,10 +188,15 @@ SASL_API_KEYS = API_KEYS + [{"api_key": 17, "min_version": 0, "max_version": 1},
 
 def sasl_handler(port_of, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), plain_users=None,
                  scram_users=None, errors_as="error_code", server_nonce=None, tamper_signature=False,
-                 log=None, session_lifetime_ms=0):
+                 log=None, session_lifetime_ms=0, metadata_delay_s=0.0):
     """A handler factory for FakeBroker: ApiVersions, SaslHandshake, SaslAuthenticate, and (once
     authenticated) Metadata naming the broker itself.  Requests before authentication close the
-    connection, as Kafka does.  ``errors_as``: "error_code" answers a failed SCRAM proof with
+    connection, as Kafka does.  With ``session_lifetime_ms`` the session expires like Kafka's
+    (KIP-368): a SaslHandshake on an authenticated connection starts a re-authentication, during
+    which any other request closes the connection, and so does a request after the session
+    expired (logged as ("expired", api_key) / ("during-reauth", api_key)); a completed
+    re-authentication is logged as ("reauthenticated", mechanism).  ``metadata_delay_s``: how
+    long each Metadata answer takes, to keep requests in flight.  ``errors_as``: "error_code" answers a failed SCRAM proof with
     SASL_AUTHENTICATION_FAILED (Kafka's way); "e=" sends it in a server-final message with no
     error code (rsasl's -- Tansu's -- way).  ``log`` (a list) receives (event, detail) tuples
     and every auth_bytes seen, to check what went over the wire."""
@@ -198,7 +204,14 @@ def sasl_handler(port_of, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-51
     scram_users = scram_users or {}  # mechanism -> {user: ScramCredential}
 
     def factory():
-        st = {"mech": None, "scram": None, "authed": False}
+        st = {"mech": None, "scram": None, "authed": False, "expires_at": None, "reauth": False}
+
+        def authenticated():
+            if st["reauth"] and log is not None:
+                log.append(("reauthenticated", st["mech"]))
+            st["authed"], st["reauth"] = True, False
+            if session_lifetime_ms:
+                st["expires_at"] = time.monotonic() + session_lifetime_ms / 1000
 
         def handler(key, v, cid, body):
             if key == 18:
@@ -207,6 +220,8 @@ def sasl_handler(port_of, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-51
                 mech = body["mechanism"]
                 if mech not in mechanisms:
                     return frame("SaslHandshake", v, cid, {"error_code": 33, "mechanisms": list(mechanisms)})
+                if st["authed"]:  # KIP-368: re-authentication on an authenticated connection
+                    st["authed"], st["reauth"] = False, True
                 st["mech"] = mech
                 if mech != "PLAIN":
                     st["scram"] = ScramServer(mech, scram_users.get(mech, {}), server_nonce=server_nonce,
@@ -224,7 +239,7 @@ def sasl_handler(port_of, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-51
                 if st["mech"] == "PLAIN":
                     _authz, user, password = data.split(b"\0")
                     if plain_users.get(user.decode()) == password.decode():
-                        st["authed"] = True
+                        authenticated()
                         return answer(0, None)
                     return answer(58, "Authentication failed: Invalid username or password")
                 scram = st["scram"]
@@ -234,15 +249,24 @@ def sasl_handler(port_of, *, mechanisms=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-51
                 if log is not None:
                     log.append(("outcome", outcome))
                 if outcome in (None, "ok"):
-                    st["authed"] = outcome == "ok"
+                    if outcome == "ok":
+                        authenticated()
                     return answer(0, None, out)
                 if errors_as == "e=":
                     return answer(0, None, out)
                 return answer(58, f"Authentication failed during authentication due to invalid "
                                   f"credentials with SASL mechanism {scram.mechanism}")
             if not st["authed"]:
+                if st["reauth"] and log is not None:
+                    log.append(("during-reauth", key))
                 raise OSError("request before authentication")  # closes the connection
+            if st["expires_at"] is not None and time.monotonic() > st["expires_at"]:
+                if log is not None:
+                    log.append(("expired", key))
+                raise OSError("SASL session expired")  # Kafka closes the connection too
             if key == 3:
+                if metadata_delay_s:
+                    time.sleep(metadata_delay_s)
                 return frame("Metadata", v, cid, {
                     "throttle_time_ms": 0, "cluster_id": "fake", "controller_id": 1, "topics": [],
                     "brokers": [{"node_id": 1, "host": "127.0.0.1", "port": port_of(), "rack": None}]})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import time
 
 import pytest
@@ -257,17 +258,68 @@ def test_credentials_never_traced_nor_logged(caplog):
         assert secret not in text, secret
 
 
-def test_reauthentication_by_reconnecting_when_the_session_expires():
+def test_reauthentication_after_idle_renews_the_session_on_the_same_connection():
+    """The session expired while nobody polled: the next request re-authenticates first (the
+    fake, like Kafka, closes a connection whose expired session sends anything else)."""
     mech = "SCRAM-SHA-256"
-    fb = _fake(scram_users=_users(mech), session_lifetime_ms=1500)
+    log = []
+    fb = _fake(scram_users=_users(mech), session_lifetime_ms=1500, log=log)
     with fb, _sasl_client(fb.bootstrap, mech) as c:
-        c.request(None, "Metadata", _metadata_body, 5000)
-        assert fb.connections == 1
+        c.request(-1, "Metadata", _metadata_body, 5000)
         time.sleep(1.6)
-        c.poll(10)  # the driver notices the expiry and closes the idle connection
-        c.request(None, "Metadata", _metadata_body, 5000)
-        assert fb.connections == 2
-        assert sum(1 for k, _, _ in fb.requests if k == 17) == 2
+        c.request(-1, "Metadata", _metadata_body, 5000)
+        assert fb.connections == 1
+        assert [k for k, _, _ in fb.requests] == [18, 17, 36, 36, 3, 17, 36, 36, 3]
+        assert ("reauthenticated", mech) in log and not [e for e in log if e[0] in ("expired", "during-reauth")]
+
+
+@pytest.mark.parametrize("mech", ["PLAIN", "SCRAM-SHA-512"])
+def test_reauthentication_in_band_with_requests_in_flight(mech, caplog):
+    """KIP-368 while the connection is never idle: four requests always outstanding for ~4
+    session lifetimes.  Every one succeeds on the one connection; the broker never sees a request
+    during re-authentication nor after expiry; responses to requests written before the
+    SaslHandshake still complete."""
+    log = []
+    fb = _fake(plain_users={"alice": PASSWORD}, scram_users=_users(mech) if mech != "PLAIN" else None,
+               session_lifetime_ms=1000, metadata_delay_s=0.02, log=log)
+    caplog.set_level(logging.DEBUG, logger="kwire.net")
+    with fb, _sasl_client(fb.bootstrap, mech) as c:
+        c.request(-1, "Metadata", _metadata_body, 5000)
+        pending: list = []
+        answered = 0
+        end = time.monotonic() + 3.8
+        while time.monotonic() < end or pending:
+            while time.monotonic() < end and len(pending) < 4:
+                pending.append(c.send(-1, "Metadata", _metadata_body, timeout_ms=5000))
+            for f in c.poll(50):
+                assert f.error is None, f.error
+                pending.remove(f)
+                answered += 1
+        assert fb.connections == 1
+        assert answered > 50
+        reauths = [e for e in log if e[0] == "reauthenticated"]
+        assert len(reauths) >= 3, log[-10:]
+        assert not [e for e in log if e[0] in ("expired", "during-reauth")]
+        assert sum(1 for k, _, _ in fb.requests if k == 17) == len(reauths) + 1
+    started = [r.getMessage() for r in caplog.records if "re-authenticating" in r.getMessage()]
+    assert any(re.search(r"\(([1-9]\d*) in flight\)", m) for m in started), started
+
+
+def test_reauthentication_refused_fails_in_flight_and_queued_requests_typed():
+    """The broker no longer accepts the password when the session is renewed: an
+    AuthenticationError for what was waiting, not a retried connection error."""
+    users = {"alice": PASSWORD}
+    fb = _fake(plain_users=users, session_lifetime_ms=1200)
+    with fb, _sasl_client(fb.bootstrap, "PLAIN") as c:
+        c.request(-1, "Metadata", _metadata_body, 5000)
+        users["alice"] = "rotated"
+        time.sleep(1.2)
+        f = c.send(-1, "Metadata", _metadata_body, timeout_ms=10_000)
+        start = time.monotonic()
+        c.wait(f)
+        assert time.monotonic() - start < 3
+        assert isinstance(f.error, AuthenticationError) and "SASL_AUTHENTICATION_FAILED" in str(f.error), f.error
+        assert fb.connections == 1
 
 
 # --- against Tansu ---------------------------------------------------------------------------

@@ -36,9 +36,11 @@ state, TLS_HANDSHAKE); with ``sasl_plaintext`` / ``sasl_ssl`` the connection aut
 ApiVersions (state AUTHENTICATING): SaslHandshake v1 names the mechanism, then SaslAuthenticate
 carries the mechanism's messages (:mod:`kwire.net.sasl`) until it is done.  Credentials are
 never logged: the tracer and the ``kwire.protocol`` logger see ``auth_bytes`` as "<redacted>".
-When the broker gives the SASL session a lifetime (KIP-368), the connection is closed once idle
-after ~90% of it and re-established (and so re-authenticated) for the next request; requests
-queued meanwhile wait for the new connection rather than go out on an expiring session.
+When the broker gives the SASL session a lifetime (KIP-368), the connection re-authenticates in
+band after 85-90% of it (state REAUTHENTICATING): SaslHandshake and SaslAuthenticate go out on the
+same connection behind the requests already written, whose responses arrive first and complete
+as usual; requests made meanwhile wait until the session is renewed, since Kafka closes a
+connection that sends anything else during re-authentication or after its session expired.
 """
 from __future__ import annotations
 
@@ -82,8 +84,10 @@ _CLOSED_DURING = {
     # Brokers close the connection, rather than answer, on some SASL failures (Kafka before
     # 1.0; Tansu for a mechanism it does not enable).
     ConnState.AUTHENTICATING: " during SASL authentication (is sasl.mechanism enabled on the broker?)",
+    ConnState.REAUTHENTICATING: " during SASL re-authentication",
 }
-# Re-authenticate (by reconnecting) after this share of the broker's session lifetime, less jitter.
+# Re-authenticate after this share of the broker's session lifetime, less up to 5% jitter (Java's
+# client: 85-95%).  Requests written before it still reach the broker in time.
 _REAUTH_SHARE = 0.9
 _UNSUPPORTED_VERSION = 35
 _I16 = struct.Struct(">h")
@@ -473,7 +477,8 @@ class NetworkClient:
     def _flush_queue(self, conn: Connection, now: int) -> None:
         """Encode the queued requests of a ready connection into its write buffer."""
         if conn.reauth_at_ms and now >= conn.reauth_at_ms:
-            return  # they go out on the re-authenticated connection
+            self._start_sasl(conn, now, reauth=True)  # they go out once the session is renewed
+            return
         while conn.queue:
             f = conn.queue.popleft()
             if f.done:
@@ -628,7 +633,7 @@ class NetworkClient:
             return conn
         cands = self._candidates()
         for conn in cands:
-            if conn.state in SETUP_STATES:
+            if conn.state in SETUP_STATES or conn.state is ConnState.REAUTHENTICATING:
                 return conn
         # Bootstrap servers (and brokers) are tried in turn: the first not backing off.
         usable = [c for c in cands if c.state is ConnState.DISCONNECTED and now >= c.next_attempt_ms]
@@ -759,9 +764,11 @@ class NetworkClient:
         return conn.sock is not None
 
     # --- setup requests: ApiVersions, SaslHandshake, SaslAuthenticate ----------------------------
-    def _send_setup(self, conn: Connection, a, version: int, body: dict, now: int) -> None:
+    def _send_setup(self, conn: Connection, a, version: int, body: dict, now: int, *,
+                    timeout_ms: int | None = None) -> None:
         f = InFlight(a, body, node_id=conn.node_id, version=version,
-                     timeout_ms=self.setup_timeout_ms, now_ms=now, internal=True)
+                     timeout_ms=self.setup_timeout_ms if timeout_ms is None else timeout_ms,
+                     now_ms=now, internal=True)
         conn.handshake = f
         self._write_request(conn, f, version, now)
         self._try_write(conn, now)
@@ -771,8 +778,16 @@ class NetworkClient:
         body = {"client_software_name": "kwire", "client_software_version": __version__}
         self._send_setup(conn, _API_VERSIONS, version, body, now)
 
-    def _start_sasl(self, conn: Connection, now: int) -> None:
-        conn.transition(ConnState.AUTHENTICATING, now)
+    def _start_sasl(self, conn: Connection, now: int, *, reauth: bool = False) -> None:
+        """SaslHandshake v1 naming the mechanism, after ApiVersions -- or, with ``reauth``, on a
+        READY connection whose session is ending (KIP-368): the same exchange, written behind
+        the requests in flight.  It may wait behind them, so it gets request.timeout.ms."""
+        if reauth:
+            _log.debug("node %s (%s): SASL session lifetime ending; re-authenticating (%d in flight)",
+                       conn.node_id, conn.address, len(conn.in_flight))
+            conn.transition(ConnState.REAUTHENTICATING, now)
+        else:
+            conn.transition(ConnState.AUTHENTICATING, now)
         versions = conn.api_versions or {}
         hs = versions.get(_SASL_HANDSHAKE.key)
         if hs is None or hs[1] < 1 or _SASL_AUTHENTICATE.key not in versions:
@@ -782,7 +797,8 @@ class NetworkClient:
                 f"{self.config.security_protocol})?")
         cfg = self.config
         conn.sasl = _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"], cfg["sasl.password"])
-        self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now)
+        self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now,
+                         timeout_ms=self.request_timeout_ms if reauth else None)
 
     def _on_sasl_response(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
         body = _decode_body(f._api, f.version, payload)
@@ -812,21 +828,24 @@ class NetworkClient:
             return
         lifetime = body.get("session_lifetime_ms") or 0
         conn.sasl_session_lifetime_ms = lifetime
-        self._become_ready(conn, now)
-        if lifetime > 0:
-            conn.reauth_at_ms = now + int(lifetime * _REAUTH_SHARE * self._rng.uniform(0.95, 1.0))
+        if conn.state is ConnState.REAUTHENTICATING:
+            conn.reauthentications += 1
         _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
                    conn.address, mech.name, lifetime or "unlimited")
+        # The broker's clock started between our request and its answer: count from the request.
+        sent_ms = f.sent_ms if f.sent_ms is not None else now
+        reauth_at_ms = sent_ms + int(lifetime * _REAUTH_SHARE * self._rng.uniform(0.95, 1.0)) if lifetime > 0 else 0
+        self._become_ready(conn, now, reauth_at_ms)
 
     def _send_sasl_authenticate(self, conn: Connection, auth_bytes: bytes, now: int) -> None:
         version = self._choose_version(conn, _SASL_AUTHENTICATE, None)
         self._send_setup(conn, _SASL_AUTHENTICATE, version, {"auth_bytes": auth_bytes}, now)
 
-    def _become_ready(self, conn: Connection, now: int) -> None:
+    def _become_ready(self, conn: Connection, now: int, reauth_at_ms: int = 0) -> None:
         self._authentication_error = None
         conn.handshake = None
         conn.sasl = None
-        conn.reauth_at_ms = 0
+        conn.reauth_at_ms = reauth_at_ms
         conn.transition(ConnState.READY, now)
         conn.failures = 0
         conn.last_error = None
@@ -900,9 +919,10 @@ class NetworkClient:
                 self._fail(f, _as_connection_error(error, conn))
         if handshake is not None and not handshake.done:
             self._fail(handshake, error)
-        if was is not ConnState.READY:
-            # The connection never became usable: what waited for it fails now (callers
-            # retry, or — for node_id=None requests — another broker is tried).
+        if was not in (ConnState.READY, ConnState.REAUTHENTICATING) or isinstance(error, AuthenticationError):
+            # The connection never became usable, or the credentials stopped working: what waited
+            # for it fails now (callers retry, or — for node_id=None requests — another broker
+            # is tried).
             while conn.queue:
                 self._fail(conn.queue.popleft(), _as_connection_error(error, conn))
             if isinstance(error, AuthenticationError):
@@ -1087,8 +1107,10 @@ class NetworkClient:
         for conn in self._conns.values():
             if conn.state in SETUP_STATES:
                 t = min(t, conn.state_since_ms + self.setup_timeout_ms)
-            elif conn.reauth_at_ms > now and conn.state is ConnState.READY:
-                t = min(t, conn.reauth_at_ms)  # once due, the next answer or queued request acts
+            elif conn.reauth_at_ms and conn.state is ConnState.READY:
+                t = min(t, max(now, conn.reauth_at_ms))
+            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None:
+                t = min(t, conn.handshake.deadline_ms)
             if conn.queue:
                 t = min(t, min(f.deadline_ms for f in conn.queue))
                 if conn.state is ConnState.DISCONNECTED:
@@ -1109,14 +1131,15 @@ class NetworkClient:
                     f"{self.setup_timeout_ms} ms in state {conn.state.name} "
                     f"(socket.connection.setup.timeout.ms)"), now)
                 continue
-            if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms \
-                    and not conn.in_flight and not conn.out:
-                # KIP-368: the SASL session is about to expire; a fresh connection
-                # re-authenticates.  Queued requests wait for it (see _flush_queue).
-                _log.debug("node %s (%s): SASL session lifetime ending; reconnecting", conn.node_id,
-                           conn.address)
+            if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms:
+                self._start_sasl(conn, now, reauth=True)  # KIP-368: renew the session in band
+                if conn.sock is None:
+                    continue
+            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None \
+                    and now >= conn.handshake.deadline_ms:
                 self._close_conn(conn, KafkaConnectionError(
-                    f"node {conn.node_id}: SASL session expired; reconnecting"), now, failure=False)
+                    f"SASL re-authentication with node {conn.node_id} ({conn.address}) got no answer "
+                    f"within {conn.handshake.timeout_ms} ms"), now)
                 continue
             if not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS and conn.reader.spare_bytes:
                 conn.reader.release_spares()  # idle: do not keep large receive buffers around

@@ -9,14 +9,18 @@ answers them in order), the bytes not yet written, and the frame reader.
     DISCONNECTED --connect()--> CONNECTING --TCP up--> [TLS_HANDSHAKE] --> NEGOTIATING
                                                                              | ApiVersions
                                          READY <-- SaslHandshake + SaslAuthenticate rounds --
-                                           ^              [AUTHENTICATING]                   |
-                                           +-------------------------------------------------+
-                                                         (no SASL)
+                                          ^ |              [AUTHENTICATING]                  |
+                                          | +------------------------------------------------+
+                                          |                      (no SASL)
+                   session renewed  <-- REAUTHENTICATING <-- session lifetime nearly over (KIP-368)
     any state --failure / timeout / peer closed / close()--> DISCONNECTED
 
 TLS_HANDSHAKE is passed through for security.protocol ssl / sasl_ssl, AUTHENTICATING for
 sasl_plaintext / sasl_ssl.  Until READY, the one request on the wire is the setup request
 (``handshake``: ApiVersions, SaslHandshake or SaslAuthenticate); user requests wait in ``queue``.
+REAUTHENTICATING (KIP-368) runs the SASL exchange again on the open connection: the requests
+written before it stay in flight and are answered first (Kafka answers in order), new ones wait
+in ``queue`` until the session is renewed -- the broker refuses anything else meanwhile.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ class ConnState(enum.Enum):
     NEGOTIATING = "negotiating"  # ApiVersions sent, answer pending
     AUTHENTICATING = "authenticating"  # SaslHandshake / SaslAuthenticate in progress
     READY = "ready"
+    REAUTHENTICATING = "reauthenticating"  # KIP-368: a new SASL exchange on a ready connection
 
 
 _LEGAL: dict[ConnState, frozenset[ConnState]] = {
@@ -45,7 +50,8 @@ _LEGAL: dict[ConnState, frozenset[ConnState]] = {
     ConnState.TLS_HANDSHAKE: frozenset({ConnState.NEGOTIATING, ConnState.DISCONNECTED}),
     ConnState.NEGOTIATING: frozenset({ConnState.AUTHENTICATING, ConnState.READY, ConnState.DISCONNECTED}),
     ConnState.AUTHENTICATING: frozenset({ConnState.READY, ConnState.DISCONNECTED}),
-    ConnState.READY: frozenset({ConnState.DISCONNECTED}),
+    ConnState.READY: frozenset({ConnState.REAUTHENTICATING, ConnState.DISCONNECTED}),
+    ConnState.REAUTHENTICATING: frozenset({ConnState.READY, ConnState.DISCONNECTED}),
 }
 
 # States between TCP connect and READY: bounded by socket.connection.setup.timeout.ms.
@@ -167,7 +173,8 @@ class Connection:
         self.tls = None  # TlsSession while connected with TLS
         self.sasl = None  # the SASL mechanism during AUTHENTICATING
         self.sasl_session_lifetime_ms = 0  # KIP-368: the broker's answer, 0 = no limit
-        self.reauth_at_ms = 0  # when to replace the connection to re-authenticate (0 = never)
+        self.reauth_at_ms = 0  # when to re-authenticate (KIP-368; 0 = never)
+        self.reauthentications = 0  # completed in-band re-authentications of this connection
 
     @property
     def address(self) -> str:
