@@ -27,7 +27,10 @@ def _run_decode(args) -> int:
 
 
 def _add_demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", "-b", help="use this cluster instead of an embedded Tansu broker")
+    p.add_argument("--bootstrap", "-b", help="use this cluster instead of an embedded broker")
+    p.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                   help="the embedded broker: Tansu (default, starts in well under a second) or Apache "
+                        "Kafka (its jars fetched from Maven Central once; needs Java and Maven)")
     p.add_argument("--records", type=int, default=1_000_000, help="records to produce (default 1M)")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--topic", default="kwire-demo")

@@ -1,6 +1,7 @@
 """``kwire demo``: the main job, end to end.
 
-1. Start an embedded Tansu broker (unless ``--bootstrap`` names a cluster).
+1. Start an embedded broker, Tansu or with ``--broker kafka`` Apache Kafka (unless
+   ``--bootstrap`` names a cluster).
 2. Create the topic (6 partitions) and, if it is new or empty, produce ``--records`` records
    with :class:`kwire.Producer` (a progress bar on stderr).
 3. Run a PySpark ``local[2]`` job that reads the topic through kwire from the group's committed
@@ -118,7 +119,15 @@ def run_demo(args) -> int:
     out, err = _console(), _console(stderr=True)
     with ExitStack() as stack:
         bootstrap = args.bootstrap
-        if not bootstrap:
+        if not bootstrap and getattr(args, "broker", "tansu") == "kafka":
+            from .embedded.kafka import KafkaCluster
+
+            t0 = time.monotonic()
+            cluster = stack.enter_context(KafkaCluster())
+            bootstrap = cluster.bootstrap
+            err.print(f"started an embedded Apache Kafka {cluster.version} node on {bootstrap} "
+                      f"in {time.monotonic() - t0:.1f} s")
+        elif not bootstrap:
             broker = stack.enter_context(TansuBroker())
             bootstrap = broker.bootstrap
             err.print(f"started an embedded Tansu broker on {bootstrap}")

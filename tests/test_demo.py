@@ -3,13 +3,17 @@ import re
 import subprocess
 import sys
 
+import pytest
 
-def test_demo_reads_everything_then_nothing_new():
+
+@pytest.mark.parametrize("embedded", ["tansu", "kafka"])
+def test_demo_reads_everything_then_nothing_new(embedded):
     proc = subprocess.run(
-        [sys.executable, "-m", "kwire", "demo", "--records", "20000", "--partitions", "3"],
+        [sys.executable, "-m", "kwire", "demo", "--records", "20000", "--partitions", "3", "--broker", embedded],
         capture_output=True, text=True, timeout=600, env={"COLUMNS": "120", **__import__("os").environ})
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
+    assert ("Apache Kafka 4.3.1" if embedded == "kafka" else "Tansu") in proc.stderr
     assert "produced 20,000 records" in proc.stderr
     run1 = re.search(r"run 1: read ([\d,]+) new records", out)
     run2 = re.search(r"run 2: read ([\d,]+) new records", out)

@@ -157,6 +157,13 @@ class OffsetReader:
         tid = self.client.metadata.topic_id(topic)
         return tid if tid is not None else ZERO_UUID
 
+    def _learn_topic_ids(self, topics: Iterable[str]) -> None:
+        """Refresh metadata for topics whose id is unknown: OffsetCommit v10+ and OffsetFetch
+        v10+ name topics by id alone, and Kafka 4 answers a zero id with UNKNOWN_TOPIC_ID."""
+        missing = [t for t in topics if self.client.metadata.topic_id(t) is None]
+        if missing:
+            self.client.refresh_metadata(missing)
+
     # --- ListOffsets --------------------------------------------------------------------------
     def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int | None]:
         """``{tp: timestamp}`` -> ``{tp: offset}`` (None: no record at or after the timestamp).
@@ -313,6 +320,8 @@ class OffsetReader:
         for t, p in tps:
             topics.setdefault(t, []).append(p)
 
+        self._learn_topic_ids(topics)
+
         def body(v: int) -> dict:
             return {
                 "group_id": group, "require_stable": True,
@@ -356,6 +365,7 @@ class OffsetReader:
             topics.setdefault(t, []).append({
                 "partition_index": p, "committed_offset": int(o), "committed_metadata": metadata,
                 "committed_leader_epoch": part.leader_epoch if part is not None else -1})
+        self._learn_topic_ids(topics)
 
         def body(v: int) -> dict:
             return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
