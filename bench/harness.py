@@ -104,7 +104,7 @@ class Settings:
             value_bytes=_env_int("KWIRE_BENCH_VALUE_BYTES", 100),
             partitions=_env_int("KWIRE_BENCH_PARTITIONS", 3),
             clients=_env_list("KWIRE_BENCH_CLIENTS", E2E_CLIENTS),
-            targets=_env_list("KWIRE_BENCH_TARGETS", ("tansu", "mock", "replay")),
+            targets=_env_list("KWIRE_BENCH_TARGETS", ("kafka", "tansu", "mock", "replay")),
             scaling_records=_env_int("KWIRE_BENCH_SCALING_RECORDS", 200 if smoke else 500_000),
             scaling_clients=_env_list("KWIRE_BENCH_SCALING_CLIENTS", (
                 ("kwire-consumer", "kwire-fetch-arrow", "confluent-kafka") if smoke else
@@ -411,6 +411,34 @@ class TansuTarget(Target):
         self.broker.close()
 
 
+class KafkaTarget(Target):
+    """Apache Kafka 4.3 (kwire.embedded.kafka): one combined KRaft node, data on disk (the page
+    cache serves it back).  The broker's CPU is its JVM's."""
+
+    kind = "broker"
+
+    def __init__(self):
+        from kwire.embedded.kafka import KafkaCluster
+        self.name = "kafka"
+        self.cluster = KafkaCluster(1)
+        self.bootstrap = self.cluster.bootstrap
+        self.pid = self.cluster.nodes[1].proc.pid
+
+    def prepare(self, ds: Dataset) -> Dataset:
+        from kwire.admin import Admin
+        with Admin({"bootstrap.servers": self.bootstrap}) as admin:
+            admin.create_topics([(ds.topic, ds.partitions, 1)], timeout=30, wait_for_leaders=True)
+        produce_dataset(self.bootstrap, ds)
+        return held_dataset(self.bootstrap, ds)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "version": self.cluster.version, "storage": "disk",
+                "startup_s": _r(self.cluster.startup_s.get(1))}
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
 class MockTarget(Target):
     """librdkafka's mock cluster (3 brokers).  It has no CreateTopics: a Metadata request that
     allows auto-creation makes the topic, always with the mock's default partition count (4).
@@ -496,13 +524,15 @@ class ReplayTarget(Target):
 
 
 def open_target(name: str) -> Target:
+    if name == "kafka":
+        return KafkaTarget()
     if name == "tansu":
         return TansuTarget()
     if name == "mock":
         return MockTarget()
     if name == "replay":
         return ReplayTarget()
-    raise ValueError(f"unknown target {name!r} (tansu, mock, replay)")
+    raise ValueError(f"unknown target {name!r} (kafka, tansu, mock, replay)")
 
 
 # --- one client run -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from bench.harness import check_results_doc
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ("e2e-tansu", "e2e-mock", "e2e-replay", "scaling")
+SUITES = ("e2e-kafka", "e2e-tansu", "e2e-mock", "e2e-replay", "scaling")
 
 
 @pytest.fixture(scope="module")
