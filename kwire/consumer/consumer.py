@@ -169,6 +169,7 @@ class Consumer:
         self._consumed_ver = 0
         self._driver_error: BaseException | None = None
         self._driver_done = threading.Event()
+        self._auth_reported: BaseException | None = None  # driver writes: last one pushed
 
         # application-thread state
         self._cur: list | None = None
@@ -729,6 +730,13 @@ class Consumer:
                     break
                 timeout = self._wait_ms(now)
                 done = self._net.poll(timeout)
+                auth = self._net.authentication_error
+                if auth is not None and auth is not self._auth_reported:
+                    # Wrong credentials or an untrusted broker: the application hears of it at
+                    # once (consume() raises it, as Java's poll() does) instead of waiting on
+                    # retries that cannot succeed; the network client's backoff paces them.
+                    self._auth_reported = auth
+                    self._push(auth)
                 if done:
                     self._on_done(done)
                     self._dispatch_actions()
