@@ -17,7 +17,8 @@ tests/test_tls.py, the fake broker and Tansu in tests/test_sasl.py):
   sends an ``e=`` server-final message with error code 0.  Kafka never says which of user or
   password was wrong.
 * KIP-368: Kafka gives the SASL session a lifetime (``connections.max.reauth.ms``, per listener
-  and mechanism) in SaslAuthenticate v1+ ``session_lifetime_ms``, closes a connection whose
+  and mechanism) in SaslAuthenticate v1+ ``session_lifetime_ms`` of the exchange's last answer
+  (SCRAM's server-first answer says 0), closes a connection whose
   session expired on its next request that is not a SaslHandshake, and accepts a re-authentication
   (SaslHandshake + SaslAuthenticate on the same connection) at most once a second.  Tansu gives no
   lifetime; the fake gives one when asked.  kwire re-authenticates in band before expiry.
