@@ -263,9 +263,11 @@ class Consumer:
         i = self._idx
         rec = cur[i]
         tp = self._cur_tp
-        self._pos[tp] = (rec.offset + 1, rec.leader_epoch, self._assign_fence.get(tp, 0))
-        self._dirty.add(tp)
         i += 1
+        # after a chunk's last record, past its trailing control batches and aborted records too
+        nxt = self._cur_chunk.next_offset if i >= len(cur) else rec.offset + 1
+        self._pos[tp] = (nxt, rec.leader_epoch, self._assign_fence.get(tp, 0))
+        self._dirty.add(tp)
         if i >= len(cur):
             self._done_chunk()
         else:
@@ -298,7 +300,8 @@ class Consumer:
                 part = cur[i:j]
             last = part[-1]
             tp = self._cur_tp
-            self._pos[tp] = (last.offset + 1, last.leader_epoch, self._assign_fence.get(tp, 0))
+            nxt = self._cur_chunk.next_offset if j >= n else last.offset + 1  # as in poll()
+            self._pos[tp] = (nxt, last.leader_epoch, self._assign_fence.get(tp, 0))
             self._dirty.add(tp)
             if j >= n:
                 self._done_chunk()
@@ -644,12 +647,23 @@ class Consumer:
                 if f is None or item.fence < f:
                     self._release(item)
                     continue
+                if not item.records:  # only control batches or aborted transactions
+                    self._step_over(item)
+                    continue
                 self._cur = item.records
                 self._cur_chunk = item
                 self._cur_tp = item.tp
                 self._idx = 0
                 return True
             self._event(item)
+
+    def _step_over(self, chunk: FetchedChunk) -> None:
+        """The position moves past a chunk with no record for the application (its bytes were
+        released when it was decoded), as past a record: position() and commits see it."""
+        tp = chunk.tp
+        prev = self._pos.get(tp)
+        self._pos[tp] = (chunk.next_offset, prev[1] if prev else None, self._assign_fence.get(tp, 0))
+        self._dirty.add(tp)
 
     def _event(self, item) -> None:
         if type(item) is _SeekDone:

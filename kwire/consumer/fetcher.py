@@ -401,8 +401,10 @@ class Fetcher:
 
     def decode(self, chunk: FetchedChunk) -> FetchedChunk | None:
         """Decode a chunk from :meth:`on_response` (after the next Fetch went out, so the broker
-        works while we decode).  None when nothing is left for the application (its bytes are
-        released then); a corrupt record set rewinds the position and reports the error."""
+        works while we decode).  A chunk left with no records (only control batches or aborted
+        transactions) still comes back, its bytes released (``nbytes`` 0), so the application's
+        position moves to its ``next_offset``; a corrupt record set rewinds the position,
+        reports the error and gives None."""
         data, chunk.data = chunk.data, None
         try:
             records = decode_records(
@@ -420,7 +422,7 @@ class Fetcher:
             return None
         if not records:
             self.release(chunk.tp, chunk.nbytes)
-            return None
+            chunk.nbytes = 0
         chunk.records = records
         return chunk
 
