@@ -243,7 +243,8 @@ def test_unclean_election_truncation_is_detected_and_handled_per_reset_policy(cl
     500).  As in Kafka's Java consumer, an automatic policy (earliest, latest) resumes *at the
     divergence*, not at either end: the new leader's records at 500.. come next.  With
     auto.offset.reset=error the truncation surfaces as LogTruncationError naming the divergence;
-    the partition waits for seek(), then reads on.
+    the partition waits for seek(), then reads on.  A committed offset past the divergence is
+    validated the same way by a member that starts after the election.
 
     The partition lives on two replicas [L, F]; the third node stays out of it but keeps the
     controller quorum (three voters) alive while one of L, F is down.  F stops (controlled: out
@@ -270,6 +271,14 @@ def test_unclean_election_truncation_is_detected_and_handled_per_reset_policy(cl
             c.assign([TopicPartition(topic, 0, 0)])
         for r, c in consumers.items():
             assert take(c, 700) == [(0, i, v) for i, v in enumerate(written)], r
+        # A group's committed offset (700, with the leader epoch of record 699) from before
+        # the election: a member that starts after it must validate the commit too.
+        group = {"group.id": f"g-{topic}", "enable.auto.commit": False}
+        with kwire_consumer(cluster, **group) as committer:
+            committer.assign([TopicPartition(topic, 0)])
+            assert take(committer, 700)[-1][1] == 699
+            [commit] = committer.commit(asynchronous=False)
+        assert (commit.offset, commit.leader_epoch is not None) == (700, True)
 
         cluster.stop_node(leader, kill=True)
         cluster.start_node(follower)
@@ -287,6 +296,15 @@ def test_unclean_election_truncation_is_detected_and_handled_per_reset_policy(cl
         for r in ("earliest", "latest"):
             assert take(consumers[r], 30) == expected, r
             nothing_more(consumers[r], 0.5)
+
+        # The commit survives the truncation (the group's offsets are not the partition's log);
+        # a new member validates it and starts at the divergence point as well.
+        traces["committed"] = Trace()
+        with kwire_consumer(cluster, traces["committed"], **group) as fresh:
+            fresh.assign([TopicPartition(topic, 0)])
+            assert take(fresh, 30) == expected
+            nothing_more(fresh, 0.5)
+            assert fresh.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 700
 
         c = consumers["error"]
         end = time.monotonic() + 30
@@ -308,7 +326,7 @@ def test_unclean_election_truncation_is_detected_and_handled_per_reset_policy(cl
         for c in consumers.values():
             c.close()
 
-    for r in policies:
+    for r in traces:
         found = [(req, resp) for req, resp in traces[r].validations(topic)
                  if req["current_leader_epoch"] == p.leader_epoch and resp["error_code"] == 0]
         assert any(resp["end_offset"] == 500 for _, resp in found), (r, traces[r].validations(topic))
