@@ -58,7 +58,7 @@ def _p(*args, **kw) -> Prop:
 
 
 _OFFSET_RESET_ALIASES = {"smallest": "earliest", "beginning": "earliest",
-                         "largest": "latest", "end": "latest"}
+                         "largest": "latest", "end": "latest", "none": "error"}
 
 _DEBUG_CONTEXTS = ("all", "generic", "broker", "topic", "metadata", "protocol", "consumer", "cgrp",
                    "fetch", "msg", "producer", "queue", "security", "conf", "admin")
@@ -143,7 +143,7 @@ PROPERTIES: tuple[Prop, ...] = (
        "poll() for the next commit.", role=CONSUMER),
     _p("auto.offset.reset", "enum", "latest", "Where to start without a committed offset (or "
        "when it is out of range): earliest, latest, or error.  librdkafka's aliases smallest, "
-       "beginning (= earliest), largest, end (= latest) are accepted.", role=CONSUMER,
+       "beginning (= earliest), largest, end (= latest) and Java's none (= error) are accepted.", role=CONSUMER,
        choices=("earliest", "latest", "error"), value_aliases=_OFFSET_RESET_ALIASES),
     _p("isolation.level", "enum", "read_committed", "Whether to return records of aborted "
        "transactions (librdkafka's default; Java's is read_uncommitted).", role=CONSUMER,

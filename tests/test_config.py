@@ -45,7 +45,7 @@ def test_number_and_list_coercion():
 
 @pytest.mark.parametrize("alias,canonical", [
     ("smallest", "earliest"), ("beginning", "earliest"), ("largest", "latest"), ("end", "latest"),
-    ("earliest", "earliest"), ("LATEST", "latest"), ("error", "error"),
+    ("earliest", "earliest"), ("LATEST", "latest"), ("error", "error"), ("none", "error"),
 ])
 def test_auto_offset_reset_aliases(alias, canonical):
     assert parse_config({"auto.offset.reset": alias}).auto_offset_reset == canonical

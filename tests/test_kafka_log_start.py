@@ -301,9 +301,10 @@ def test_delete_records_then_reset_to_latest(kafka, unique_topic):
         assert got == {(t, 0): [(20 + i, None, b"new%d" % i) for i in range(3)]}
 
 
-def test_delete_records_then_error_reaches_the_application(kafka, unique_topic):
+@pytest.mark.parametrize("reset", ["error", "none"])  # librdkafka's name, Java's
+def test_delete_records_then_error_reaches_the_application(kafka, unique_topic, reset):
     t = deleted_below(kafka, unique_topic)
-    with kconsumer(kafka, "error") as c:
+    with kconsumer(kafka, reset) as c:
         c.assign([TopicPartition(t, 0, 3)])
         deadline = time.monotonic() + 30
         with pytest.raises(OffsetOutOfRangeError, match=rf"{t} \[0\] offset 3"):
@@ -373,10 +374,11 @@ def test_retention_below_the_committed_offset_resets_to_latest(kafka_retention, 
         assert got == {(t, 0): [(15, b"later", b"later0"), (16, b"later", b"later1")]}
 
 
-def test_retention_below_the_committed_offset_with_reset_error_raises(kafka_retention, unique_topic):
+@pytest.mark.parametrize("reset", ["error", "none"])
+def test_retention_below_the_committed_offset_with_reset_error_raises(kafka_retention, unique_topic, reset):
     t, group = unique_topic, unique_topic + "-g"
     expired_below_commit(kafka_retention, t, group)
-    with group_consumer(kafka_retention, t, group, "error") as c:
+    with group_consumer(kafka_retention, t, group, reset) as c:
         deadline = time.monotonic() + 30
         with pytest.raises(OffsetOutOfRangeError, match=rf"{t} \[0\] offset 3"):
             while time.monotonic() < deadline:
