@@ -318,6 +318,35 @@ def test_delete_records_then_error_reaches_the_application(kafka, unique_topic, 
         assert got == {(t, 0): [(o, b"k%d" % o, b"v%d" % o) for o in range(12, 20)]}
 
 
+
+@pytest.mark.parametrize("reset", ["earliest", "error"])
+def test_delete_records_under_a_paused_consumer(kafka, unique_topic, reset):
+    """The log start passes a consumer's position while it holds still (paused: its buffered
+    records are dropped, and it fetches again from its position on resume)."""
+    t = new_topic(kafka, unique_topic)
+    produce(kafka, t, [(0, b"k%d" % i, b"v%d" % i) for i in range(20)], **{"linger.ms": 200})
+    with kconsumer(kafka, reset) as c:
+        c.assign([TopicPartition(t, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3:
+            assert time.monotonic() < deadline
+            got += c.consume(3 - len(got), 0.5)
+        assert [m.offset for m in got] == [0, 1, 2]
+        c.pause([TopicPartition(t, 0)])
+        with Admin({"bootstrap.servers": kafka.bootstrap}) as admin:
+            admin.delete_records({(t, 0): 12})
+        c.resume([TopicPartition(t, 0)])
+        if reset == "error":
+            with pytest.raises(OffsetOutOfRangeError, match=rf"{t} \[0\] offset 3"):
+                while time.monotonic() < deadline:
+                    assert c.consume(10, 0.5) == []
+            assert c.position([TopicPartition(t, 0)])[0].offset == 3
+            c.seek(TopicPartition(t, 0, 12))
+        got = consume_until(c, {(t, 0): 20})
+        assert got == {(t, 0): [(o, b"k%d" % o, b"v%d" % o) for o in range(12, 20)]}
+
+
 # --- retention moves the log start under a committed position -------------------------------------
 
 @pytest.fixture(scope="module")
