@@ -26,6 +26,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import kwire.spark as ks
 from kwire import TopicPartition
 from kwire.consumer import OFFSET_BEGINNING, Consumer
+from kwire.errors import KafkaTimeoutError
+from kwire.spark.reader import ReadSettings, read_range_rows
 
 PARTITIONS = 3
 COMMITTED = ("plain", "committed")
@@ -367,6 +369,20 @@ def test_kafka_arrow_rdd(spark, txn43, isolation):
     rows = [(p, o, v) for b in rdd.collect()
             for p, o, v in zip(*(b.column(name).to_pylist() for name in ("partition", "offset", "value")))]
     check_rows(rows, txn43, committed)
+
+
+def test_a_range_past_the_lso_waits_for_it_then_times_out(txn43):
+    """A range planned past the LSO under read_committed (by hand: read_kafka plans up to the
+    LSO) cannot be read while the transaction is open: the executor's reader waits up to
+    pollTimeoutMs and says why, instead of returning the open transaction or hanging."""
+    settings = ReadSettings({"bootstrap.servers": txn43.bootstrap, "isolation.level": "read_committed",
+                             "fetch.wait.max.ms": 100}, poll_timeout_ms=1500)
+    rows = []
+    t0 = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match="last stable offset %d" % txn43.lso[0]):
+        rows.extend(read_range_rows(settings, (txn43.topic, 0, 0, txn43.hw[0])))
+    assert time.monotonic() - t0 < 30
+    assert {(r.partition, r.offset, r.value) for r in rows} == {r for r in txn43.expected(True) if r[0] == 0}
 
 
 def test_kafka_rdd_ranges_from_every_offset(spark, txn43):

@@ -166,6 +166,21 @@ def test_read_committed_drops_aborted_transactions(cluster):
     assert [r.value for r in s2.records(tp)] == [b"plain", b"t1a", b"t1b", b"t2", b"t1c"]
 
 
+
+def test_a_chunk_left_without_records_still_reaches_the_application(cluster):
+    """Only an aborted transaction and its marker: the chunk comes back empty, its bytes
+    already released, so the Consumer can move its position to ``next_offset``."""
+    tp = ("t", 0)
+    cluster.append(tp, [b"x", b"y"], producer_id=1, transactional=True)  # 0-1 aborted
+    cluster.append_control(tp, 1, abort=True)                            # 2
+    cluster.aborted = {tp: [{"producer_id": 1, "first_offset": 0}]}
+    s = Setup(cluster, read_committed=True)
+    s.assign([tp])
+    s.run_until(lambda: s.subs.position(tp) is not None and s.subs.position(tp).offset == 3)
+    assert s.chunks and all(c.records == [] and c.nbytes == 0 for c in s.chunks)
+    assert s.chunks[-1].next_offset == 3
+    assert s.fetcher.buffered.get(tp, 0) == 0 and s.fetcher.buffered_total == 0
+
 # --- sessions --------------------------------------------------------------------------------
 
 def test_incremental_fetch_session(cluster):
