@@ -363,8 +363,9 @@ class Fetcher:
         ids = {t: self.metadata.topic_id(t) for t in {tp[0] for tp in wanted}}
         all_ids = all(v is not None and v != ZERO_UUID for v in ids.values())
         fetched_offsets = {tp: d[0] for tp, d in wanted.items()}
-        context: dict[str, Any] = {"node": node, "offsets": fetched_offsets, "id_to_name": {},
-                                   "sent": False}
+        leader_epochs = {tp: d[1] for tp, d in wanted.items()}
+        context: dict[str, Any] = {"node": node, "offsets": fetched_offsets,
+                                   "leader_epochs": leader_epochs, "id_to_name": {}, "sent": False}
 
         def build(version: int) -> dict:
             use_ids = version >= 13
@@ -452,6 +453,7 @@ class Fetcher:
             return []
         id_to_name = ctx["id_to_name"]
         offsets = ctx["offsets"]
+        leader_epochs = ctx["leader_epochs"]
         chunks: list[FetchedChunk] = []
         for t in resp.get("responses", ()):
             topic = t.get("topic")
@@ -461,13 +463,13 @@ class Fetcher:
                 continue
             for p in t.get("partitions", ()):
                 tp = (topic, p["partition_index"])
-                chunk = self._partition(tp, offsets.get(tp), p, now_ms)
+                chunk = self._partition(tp, offsets.get(tp), leader_epochs.get(tp), p, now_ms)
                 if chunk is not None:
                     chunks.append(chunk)
         return chunks
 
-    def _partition(self, tp: TP, fetched_offset: int | None, p: dict, now_ms: int
-                   ) -> FetchedChunk | None:
+    def _partition(self, tp: TP, fetched_offset: int | None, leader_epoch: int | None, p: dict,
+                   now_ms: int) -> FetchedChunk | None:
         st = self.subs.get(tp)
         if st is None or not st.fetchable or fetched_offset is None \
                 or st.position.offset != fetched_offset:
@@ -490,7 +492,8 @@ class Fetcher:
             if last is None or last < fetched_offset:
                 return None  # no complete batch (yet), or only batches before the position
             next_offset = last + 1
-            self.subs.advance(tp, next_offset, last_epoch)
+            # The leader accepted our current_leader_epoch: the position now stands under it.
+            self.subs.advance(tp, next_offset, last_epoch, leader_epoch)
             # `data` is a view of the Fetch answer's frame, which stays in memory while any of its
             # partitions' chunks is queued: the budget counts record bytes, so frame overhead
             # (headers, other partitions' records already consumed) is not in it.

@@ -392,13 +392,20 @@ class SubscriptionState:
         self._transition(tp, st, FetchState.FETCHING, keep_position=True, fence=False)
         return None
 
-    def advance(self, tp: TP, next_offset: int, offset_epoch: int | None) -> None:
-        """Records up to ``next_offset`` were fetched (no fence change: this is sequential)."""
+    def advance(self, tp: TP, next_offset: int, offset_epoch: int | None,
+                fetch_leader_epoch: int | None = None) -> None:
+        """Records up to ``next_offset`` were fetched (no fence change: this is sequential)
+        from a leader that accepted ``fetch_leader_epoch`` as current.  A position that knew
+        no leader epoch (a seek()) takes that one, so the next leader change is validated
+        (KIP-320) instead of adopted unchecked."""
         st = self._parts[tp]
         pos = st.position
         if offset_epoch is None or offset_epoch < 0:
             offset_epoch = pos.offset_epoch
-        st.position = Position(next_offset, offset_epoch, pos.current_leader_epoch)
+        current = pos.current_leader_epoch
+        if current is None and fetch_leader_epoch is not None and fetch_leader_epoch >= 0:
+            current = fetch_leader_epoch
+        st.position = Position(next_offset, offset_epoch, current)
 
     def position(self, tp: TP) -> Position | None:
         st = self._parts.get(tp)
