@@ -63,6 +63,12 @@ class NoOffsetForPartitionError(KwireError):
     """No committed offset and auto.offset.reset=error."""
 
 
+class DataLossError(KwireError):
+    """Records a read needs are gone from Kafka: below the log start (retention, DeleteRecords),
+    past the log end (truncation), or in a topic that was deleted and recreated (its topic id
+    changed).  Raised by the Spark source when failOnDataLoss is true."""
+
+
 class LogTruncationError(KwireError):
     """The leader's log was truncated below the consumer's position (KIP-320)."""
 

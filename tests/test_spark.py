@@ -2,6 +2,12 @@
 
 One SparkSession for the run (the ``spark`` fixture); topics are small.  Test data is written
 with confluent-kafka, so what Spark reads was not produced by kwire.
+
+The data-loss tests (recreated topics, truncated logs, deleted records) run on Apache Kafka and
+on Tansu (the ``peer`` fixture).  Tansu 0.6 supports DeleteTopics, CreateTopics of a deleted
+name and topic ids in Metadata (a recreated topic gets a new id), but not DeleteRecords (it
+closes the connection on the request), so the deleted-records case runs on Kafka only.  Where
+both ran, they behaved alike.
 """
 from __future__ import annotations
 
@@ -13,10 +19,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 
 import kwire.spark as ks
-from kwire.embedded import free_port
-from kwire.errors import ConfigError, KwireError, UnknownTopicOrPartitionError
+from kwire.embedded import TansuBroker, free_port
+from kwire.errors import ConfigError, KafkaTimeoutError, KwireError, UnknownTopicOrPartitionError
 from kwire.spark import dataframe as spark_df
 from kwire.spark.offset_reader import OffsetReader, UnreachableClusterError
 
@@ -196,6 +204,165 @@ def test_group_start_and_commit_round_trip(spark, tansu, unique_topic):
     fresh = options(tansu, unique_topic, startingOffsets="group", **{"kafka.group.id": group + "-new",
                                                                       "kafka.auto.offset.reset": "latest"})
     assert ks.read_kafka(spark, **fresh).count() == 0
+
+
+# --- commitToGroup: only what a successful action read in full -----------------------------------
+
+def committed(tansu, topic: str, group: str, partitions: int) -> dict:
+    with OffsetReader(ks.parse_options(options(tansu, topic))) as r:
+        return r.committed(group, [(topic, p) for p in range(partitions)])
+
+
+def settle(df, actions: int) -> None:
+    """Wait until the commit thread has handled the outcome of ``actions`` actions."""
+    pending = df.kwire_commit
+    deadline = time.monotonic() + 30
+    while getattr(pending, "actions_seen", actions) < actions and not pending.done:
+        assert time.monotonic() < deadline, pending.reason
+        time.sleep(0.05)
+    time.sleep(0.5 if hasattr(pending, "actions_seen") else 3)  # (before the fix: give it time)
+
+
+def commit_frame(spark, tansu, topic: str, group: str, reader: str, partitions: int = 2, per: int = 10):
+    create(tansu, topic, partitions)
+    fill(tansu, topic, partitions, per)
+    return ks.read_kafka(spark, reader=reader, **options(tansu, topic, commitToGroup=group,
+                                                          startingOffsets="earliest"))
+
+
+READERS = ["datasource", "mapInArrow", "rows"]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_partial_actions_commit_nothing_until_an_action_reads_everything(spark, tansu, unique_topic, reader):
+    """show / take / limit / head read part of the ranges: nothing is committed (not even the
+    ranges they happened to read to the end); the first action reading every range commits."""
+    group = unique_topic + "-g"
+    df = commit_frame(spark, tansu, unique_topic, group, reader)
+    nothing = {(unique_topic, 0): None, (unique_topic, 1): None}
+    df.show(3)
+    assert len(df.take(2)) == 2
+    assert len(df.limit(12).collect()) == 12  # all of one partition, part of the other
+    assert df.head() is not None
+    settle(df, 4)
+    assert committed(tansu, unique_topic, group, 2) == nothing
+    with pytest.raises(KafkaTimeoutError, match="has not happened within 0.1 s: .*nothing committed yet"):
+        ks.await_commit(df, 0.1)
+    assert df.count() == 20
+    assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
+    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
+
+
+def _fail_at_offset_7(column: str):
+    def fail(offset):
+        if offset == 7:
+            raise ValueError("boom at offset 7")
+        return offset
+
+    return F.udf(fail, LongType())(column)
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_failed_actions_commit_nothing(spark, tansu, unique_topic, reader):
+    """A failure in the read task itself (a UDF in the reading stage, after part of the range
+    went through) and a failure in a later stage (after a shuffle: every read task succeeded)
+    commit nothing; a later successful action does."""
+    group = unique_topic + "-g"
+    df = commit_frame(spark, tansu, unique_topic, group, reader)
+    with pytest.raises(Exception, match="boom at offset 7"):
+        df.select(_fail_at_offset_7("offset")).collect()
+    with pytest.raises(Exception, match="boom at offset 7"):
+        df.repartition(3).select(_fail_at_offset_7("offset")).collect()
+    settle(df, 2)
+    assert "failed" in getattr(df.kwire_commit, "reason", "failed")
+    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
+    assert df.groupBy("partition").count().count() == 2  # a derived DataFrame, every record read
+    assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
+
+
+def test_a_failing_commit_is_raised_by_await_commit(spark, tansu, unique_topic, monkeypatch):
+    from kwire.errors import CommitFailedError
+
+    def refuse(self, group, offsets, metadata=None):
+        raise CommitFailedError(f"refused for {group}")
+
+    monkeypatch.setattr(OffsetReader, "commit", refuse)
+    group = unique_topic + "-g"
+    df = commit_frame(spark, tansu, unique_topic, group, "datasource")
+    assert df.count() == 20
+    with pytest.raises(CommitFailedError, match="refused for " + group):
+        ks.await_commit(df, 30)
+    assert df.kwire_commit.reason == f"committing to group {group!r} failed: refused for {group}"
+    monkeypatch.undo()
+    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
+
+
+def test_commit_needs_a_classic_session(tansu):
+    from kwire.spark.commit import PendingCommit
+
+    opts = ks.parse_options(options(tansu, "t", commitToGroup="g"))
+    with pytest.raises(ConfigError, match="classic SparkSession"):
+        PendingCommit(opts, {("t", 0): 5}, planned=[ks.OffsetRange("t", 0, 0, 5)], progress=None,
+                      spark=object(), name="x")
+
+
+def test_the_listener_hands_each_outcome_to_the_commit_thread(tansu):
+    """The paths a real session rarely takes: an outcome that cannot be read, a failed action,
+    an unrelated query, a cancelled commit -- nothing is committed on any of them."""
+    from types import SimpleNamespace as NS
+
+    from kwire.spark.commit import PendingCommit, _ActionListener
+
+    opts = ks.parse_options(options(tansu, "t", commitToGroup="g"))
+    pending = PendingCommit(opts, {("t", 0): 5}, planned=[ks.OffsetRange("t", 0, 0, 5)],
+                            progress=NS(value=frozenset()), spark=None, name="kwire-commit-x")
+    listener = _ActionListener("kwire-commit-x", pending._events)
+
+    def broken():
+        raise RuntimeError("py4j went away")
+
+    def seen(n):
+        deadline = time.monotonic() + 10
+        while pending.actions_seen < n:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        return pending.reason
+
+    plan = NS(toString=lambda: "Aggregate\n+- CollectMetrics kwire-commit-x, [count(1)]")
+    listener.onSuccess("count", NS(observedMetrics=broken), 0)
+    assert "the outcome of an action (count) could not be read" in seen(1)
+    listener.onFailure("collect", NS(logical=lambda: plan), NS(getMessage=lambda: "boom"))
+    assert seen(2).startswith("the last action (collect) failed: nothing committed; boom")
+    listener.onFailure("collect", NS(logical=lambda: NS(toString=lambda: "Project [a]")), NS(getMessage=str))
+    metrics = NS(contains=lambda name: True, apply=lambda name: NS(get=lambda i: [5, 0][i]))
+    limited = NS(toString=lambda: "GlobalLimit 5\n+- LocalLimit 5\n   +- CollectMetrics kwire-commit-x")
+    listener.onSuccess("head", NS(observedMetrics=lambda: metrics, optimizedPlan=lambda: limited), 0)
+    assert "it has a GlobalLimit (a partial action" in seen(3)
+    assert pending._events.empty() and not pending.done
+    pending.cancel()
+    with pytest.raises(KwireError, match="cancelled"):
+        pending.wait(10)
+    assert pending.committed is None
+
+
+def test_check_complete_needs_every_range_and_every_record():
+    from kwire.spark.commit import check_complete
+
+    a, b = ks.OffsetRange("t", 0, 0, 10), ks.OffsetRange("t", 1, 0, 4)
+    fa = 0
+    for o in range(0, 9):  # offset 9 is a transaction marker: 9 records
+        fa ^= o
+    fb = 0
+    for o in range(4):
+        fb ^= o ^ (1 << 40)
+    reports = {("t", 0, 0, 10, 9, fa), ("t", 1, 0, 4, 4, fb)}
+    assert check_complete([a, b], reports, 13, fa ^ fb) is None
+    assert "no action has read t-1[0, 4)" in check_complete([a, b], {("t", 0, 0, 10, 9, fa)}, 13, fa ^ fb)
+    assert "passed on 12 of the 13" in check_complete([a, b], reports, 12, fa ^ fb ^ 3)
+    # the right count, but a record twice and another missing: the fingerprint differs
+    assert "passed on 13 of the 13" in check_complete([a, b], reports, 13, fa ^ fb ^ 3 ^ 5)
+    assert "read twice with different records" in check_complete(
+        [a], {("t", 0, 0, 10, 9, fa), ("t", 0, 0, 10, 8, fa ^ 8)}, 9, fa)
 
 
 def test_fail_on_data_loss(spark, tansu, unique_topic):
@@ -416,3 +583,206 @@ def test_unreachable_cluster(registered):
     with pytest.raises(Exception, match="cannot reach Kafka"):
         registered.read.format("kwire").option("kafka.bootstrap.servers", dead).option("subscribe", "t") \
             .load().collect()
+
+
+# --- data loss: recreated topics, truncated logs, deleted records ---------------------------------
+#
+# Run on Apache Kafka and on Tansu (the `peer` fixture).  Tansu (0.6) has DeleteTopics, topic ids
+# in Metadata (a recreated topic gets a new id) and CreateTopics, but no DeleteRecords: it closes
+# the connection on the request, so the log-start cases run on Kafka only.  Where the two differ
+# the assertion says which is Kafka's behaviour.
+
+def recreate(peer, topic: str, partitions: int) -> None:
+    """Delete ``topic`` and create it again (Kafka deletes asynchronously: retry the create).
+
+    A producer's metadata request may auto-create it on Kafka in between (auto.create.topics
+    .enable): a topic with a new id and the same partition count is as good."""
+    from kwire.admin import Admin
+    from kwire.spark.offset_reader import lookup_topic_ids
+
+    config = {"bootstrap.servers": peer.bootstrap}
+    old_id = lookup_topic_ids(config, [topic])[topic]
+    admin = AdminClient(config)
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+                f.result(30)
+            return
+        except Exception:
+            if lookup_topic_ids(config, [topic]).get(topic) not in (None, old_id):
+                with Admin(config) as kwire_admin:  # (asks without creating it)
+                    if len(kwire_admin.list_topics(topic).topics[topic].partitions) == partitions:
+                        return
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def delete_records(peer, topic: str, before: dict[int, int]) -> None:
+    from confluent_kafka import TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": peer.bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, p, o) for p, o in before.items()]).values():
+        f.result(30)
+
+
+def stream_once(spark, peer, topic: str, checkpoint, **kw):
+    """One Trigger.AvailableNow run: the (partition, offset, value) rows read, and the query's
+    error (None)."""
+    seen: list = []
+
+    def collect(batch_df, batch_id):
+        seen.extend((r.partition, r.offset, r.value) for r in batch_df.collect())
+
+    stream = (spark.readStream.format("kwire")
+              .options(**options(peer, topic, **{"startingOffsets": "earliest", **kw})).load())
+    q = (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(180)
+    except Exception as exc:
+        return seen, exc
+    return seen, q.exception()
+
+
+def test_offsets_json_records_topic_ids_and_reads_old_checkpoints():
+    import uuid
+
+    from kwire.spark import planner
+
+    tid = uuid.uuid4()
+    value = planner.offsets_to_json({("t", 0): 5, ("t", 1): 7, ("u", 0): 1}, {"t": tid, "u": None})
+    assert value == {"t": {"0": 5, "1": 7}, "u": {"0": 1}, "@topicIds": {"t": str(tid)}}
+    assert planner.offsets_from_json(value) == {("t", 0): 5, ("t", 1): 7, ("u", 0): 1}
+    assert planner.topic_ids_from_json(value) == {"t": tid}
+    old = {"t": {"0": 5}}  # a checkpoint written before ids: read, nothing to compare
+    assert planner.offsets_from_json(old) == {("t", 0): 5} and planner.topic_ids_from_json(old) == {}
+
+
+def test_plan_ranges_reports_a_changed_topic_id():
+    import uuid
+
+    from kwire.errors import DataLossError
+    from kwire.spark import planner
+
+    old, new = uuid.uuid4(), uuid.uuid4()
+    kw = dict(earliest={("t", 0): 0}, latest={("t", 0): 1000}, start_ids={"t": old}, topic_ids={"t": new})
+    with pytest.raises(DataLossError, match="deleted and recreated .topic id .* is now"):
+        planner.plan_ranges({("t", 0): 500}, {("t", 0): 1000}, **kw)
+    assert issubclass(DataLossError, KwireError) and ks.DataLossError is DataLossError
+    plan = planner.plan_ranges({("t", 0): 500}, {("t", 0): 1000}, fail_on_data_loss=False, **kw)
+    assert [(r.from_offset, r.until_offset, r.topic_id) for r in plan.ranges] == [(0, 1000, new)]
+    assert "going on at the new log's start, 0" in plan.warnings[0]
+    same = planner.plan_ranges({("t", 0): 500}, {("t", 0): 1000}, **{**kw, "topic_ids": {"t": old}})
+    assert [(r.from_offset, r.until_offset, r.topic_id) for r in same.ranges] == [(500, 1000, old)]
+    unknown = planner.plan_ranges({("t", 0): 500}, {("t", 0): 1000}, **{**kw, "start_ids": {}})
+    assert [(r.from_offset, r.until_offset) for r in unknown.ranges] == [(500, 1000)]
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_streaming_detects_a_recreated_topic(registered, peer, unique_topic, tmp_path, fail, caplog):
+    """The issue's case: the checkpoint holds 50 per partition, the topic is deleted and created
+    again and holds 10: before, an empty batch and no error, later [50, ...) read silently."""
+    spark = registered
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 50)
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck")
+    assert error is None and len(seen) == 100
+    recreate(peer, unique_topic, 2)
+    produce(peer, unique_topic, [(p, None, b"new-%d-%d" % (p, i), None) for i in range(10) for p in range(2)])
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck", failOnDataLoss=str(fail).lower())
+    if fail:
+        assert error is not None and "DataLossError" in str(error) and "recreated" in str(error), error
+        assert seen == []
+    else:
+        # failOnDataLoss=false: a warning, and the new topic read from its start
+        assert error is None, error
+        assert sorted((p, o, v) for p, o, v in seen) == [(p, i, b"new-%d-%d" % (p, i))
+                                                         for p in range(2) for i in range(10)]
+        fill(peer, unique_topic, 2, 5, start=10)  # and on from there
+        seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck", failOnDataLoss="false")
+        assert error is None and sorted((p, o) for p, o, _ in seen) == [(p, o) for p in range(2)
+                                                                       for o in range(10, 15)]
+
+
+def strip_topic_ids(checkpoint) -> None:
+    """Make ``checkpoint``'s offset log look written before offsets carried topic ids."""
+    import re
+
+    for f in (checkpoint / "offsets").iterdir():
+        if f.name.startswith("."):
+            f.unlink()  # the checksum of the file rewritten below
+        else:
+            f.write_text(re.sub(r',\s*"@topicIds":\s*\{[^}]*\}', "", f.read_text()))
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_streaming_detects_a_log_that_ends_below_the_start(registered, peer, unique_topic, tmp_path, fail):
+    """The issue's case where no topic id can tell: a checkpoint written before offsets carried
+    ids holds 50, the topic is recreated and holds 20, so its log ends below the start.  Before:
+    no batch, no error, and later only the records from offset 50 on were read."""
+    spark = registered
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 50)
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck")
+    assert error is None and len(seen) == 50
+    strip_topic_ids(tmp_path / "ck")
+    recreate(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 20)
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck", failOnDataLoss=str(fail).lower())
+    if fail:
+        assert error is not None and "DataLossError" in str(error), error
+        assert "starting offset 50 is after the ending offset 20" in str(error)
+    else:
+        # as Spark's source: the batch is skipped and the stream goes on at the log's end
+        assert error is None and seen == []
+        fill(peer, unique_topic, 1, 3, start=20)
+        seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck", failOnDataLoss="false")
+        assert error is None and sorted(o for _, o, _ in seen) == [20, 21, 22]
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_streaming_detects_deleted_records(registered, peer, unique_topic, tmp_path, fail):
+    """The log start moved above the stream's position (DeleteRecords)."""
+    if isinstance(peer, TansuBroker):
+        pytest.skip("Tansu has no DeleteRecords (it closes the connection on the request)")
+    spark = registered
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 10)
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck")
+    assert error is None and len(seen) == 10
+    fill(peer, unique_topic, 1, 20, start=10)
+    delete_records(peer, unique_topic, {0: 25})
+    seen, error = stream_once(spark, peer, unique_topic, tmp_path / "ck", failOnDataLoss=str(fail).lower())
+    if fail:
+        assert error is not None and "DataLossError" in str(error) and "log starts at 25" in str(error), error
+    else:
+        assert error is None and sorted(o for _, o, _ in seen) == list(range(25, 30))
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_batch_reads_and_rdds_detect_a_topic_recreated_after_planning(spark, peer, unique_topic, fail):
+    """read_kafka plans, kafka_rdd / kafka_arrow_rdd pin the topic's id when defined; the topic is
+    recreated with as many records before the tasks run.  Before, they read the new topic's
+    records at the planned offsets as if nothing had happened."""
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 10)
+    config = {"bootstrap.servers": peer.bootstrap}
+    frames = [ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, failOnDataLoss=str(fail).lower(),
+                                                            **{"kafkaConsumer.pollTimeoutMs": 20000}))
+              for reader in READERS]
+    rdd = ks.kafka_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 10)], fail_on_data_loss=fail,
+                       poll_timeout_ms=20000)
+    arrow = ks.kafka_arrow_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 10)], fail_on_data_loss=fail,
+                               poll_timeout_ms=20000)
+    recreate(peer, unique_topic, 1)
+    produce(peer, unique_topic, [(0, None, b"new-%d" % i, None) for i in range(10)])
+    for read in [*(df.collect for df in frames), rdd.collect, arrow.collect]:
+        if fail:
+            with pytest.raises(Exception, match="DataLossError.*recreated"):
+                read()
+        else:
+            assert read() == []  # the planned range is skipped, with a warning

@@ -5,9 +5,10 @@ without a Data Source.
 (or, on request or without the Data Source API, to ``mapInArrow``), whose executors decode Fetch
 answers straight into Arrow record batches; without pyarrow it falls back to the row path
 through an RDD.  With ``commitToGroup`` the
-DataFrame carries a :class:`PendingCommit`: once the first Spark action over it succeeds (a
-``pyspark.sql.Observation`` on the DataFrame tells), the driver commits the planned end
-offsets to the group.
+DataFrame carries a :class:`~kwire.spark.commit.PendingCommit`: once an action over it
+succeeded *and* read every planned range in full, the driver commits the planned end offsets
+to the group; a failed action or a partial one (``show``, ``take``, ``limit``) commits nothing
+(see :mod:`kwire.spark.commit`).
 
 :func:`kafka_rdd` reads ranges you planned yourself and yields :class:`~kwire.spark.reader.KafkaRow`
 tuples; :func:`kafka_arrow_rdd` yields ``pyarrow.RecordBatch`` es of the same ranges (no
@@ -16,17 +17,17 @@ tasks (:func:`~kwire.spark.planner.pack_ranges`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
-import threading
-import uuid
 from typing import Any, Iterable, Mapping
 
 from ..config import parse_config
-from ..errors import ConfigError, KafkaTimeoutError, KwireError
-from .offset_reader import OffsetReader
-from .options import SourceOptions, parse_options
+from ..errors import ConfigError, KwireError
+from .commit import PendingCommit, commit_after_full_read, progress_param
+from .offset_reader import OffsetReader, lookup_topic_ids
+from .options import parse_options
 from .planner import OffsetRange, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
@@ -35,7 +36,7 @@ __all__ = ["read_kafka", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "Pendin
 
 _log = logging.getLogger("kwire.spark")
 
-_RANGES_SCHEMA = "topic string, partition int, from_offset long, until_offset long"
+_RANGES_SCHEMA = "topic string, partition int, from_offset long, until_offset long, topic_id string"
 
 
 class _ArrowRanges:
@@ -50,7 +51,7 @@ class _ArrowRanges:
         schema = kafka_arrow_schema(self.settings.include_headers)
         for batch in batches:
             for row in batch.to_pylist():
-                r = (row["topic"], row["partition"], row["from_offset"], row["until_offset"])
+                r = (row["topic"], row["partition"], row["from_offset"], row["until_offset"], row["topic_id"])
                 yield from read_range_arrow(self.settings, r, schema)
 
 
@@ -87,7 +88,11 @@ def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
 
 
 def _range_rows(group: list[OffsetRange]) -> list[tuple]:
-    return [(r.topic, r.partition, r.from_offset, r.until_offset) for r in group]
+    return [_range_tuple(r) for r in group]
+
+
+def _range_tuple(r: OffsetRange) -> tuple:
+    return (r.topic, r.partition, r.from_offset, r.until_offset, None if r.topic_id is None else str(r.topic_id))
 
 
 def _have(module: str) -> bool:
@@ -138,16 +143,23 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
     settings = ReadSettings.from_options(opts)
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
+    progress = None
+    if opts.commit_group:  # the read tasks report each range they read to its end
+        progress = sc.accumulator(frozenset(), progress_param())
+        settings = dataclasses.replace(settings, progress=progress)
     if reader == "datasource":
-        from .datasource import PLANNED_RANGES_OPTION, KwireDataSource
+        from .datasource import PLANNED_RANGES_OPTION, PROGRESS_OPTION, KwireDataSource
 
         spark.dataSource.register(KwireDataSource)
         source = spark.read.format("kwire")
         for k, v in options.items():  # what reading the planned ranges needs
             if k.lower() not in _PLANNING_ONLY and v is not None:
                 source = source.option(k, _option_text(v))
-        rows = [(r.topic, r.partition, r.from_offset, r.until_offset) for r in plan.ranges]
-        df = source.option(PLANNED_RANGES_OPTION, json.dumps(rows)).load()
+        rows = [_range_tuple(r) for r in plan.ranges]
+        source = source.option(PLANNED_RANGES_OPTION, json.dumps(rows))
+        if progress is not None:
+            source = source.option(PROGRESS_OPTION, str(progress.aid))
+        df = source.load()
     elif reader == "mapInArrow":
         # a Spark partition per task group: the rows of group i land in partition i
         tasks = _ranges_rdd(sc, plan.ranges, opts.max_partitions).flatMap(_range_rows)
@@ -157,8 +169,7 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
         rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_GroupReader(settings))
         df = spark.createDataFrame(rdd, schema)
     if opts.commit_group:
-        df = _commit_after_first_action(df, opts, plan.end,
-                                        nothing_to_read=not any(r.until_offset > r.from_offset for r in plan.ranges))
+        df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress)
     return df
 
 
@@ -177,14 +188,31 @@ def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_par
     Elements are :class:`~kwire.spark.reader.KafkaRow` tuples (``KafkaRowWithHeaders`` with
     ``include_headers``), which ``spark.createDataFrame(rdd, kafka_schema())`` accepts.
 
+    Each range reads its topic as it is when the RDD is defined: a range without a topic id
+    (``OffsetRange.topic_id``, or a fifth tuple element) gets the topic's id now (one Metadata
+    request); a task finding the topic recreated -- another id -- reports data loss
+    (:class:`~kwire.errors.DataLossError`, or a warning and the range skipped with
+    ``fail_on_data_loss=False``), as it does for offsets below the log start or past its end.
+
     One Spark partition per range, as Spark's Kafka source does; with ``num_partitions``
     (e.g. ``sc.defaultParallelism``) the ranges are packed into at most that many partitions
     of even record counts, each task reading its ranges in turn -- fewer, longer tasks, for
     topics with many small partitions.  Empty ranges are then dropped.
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
-    ranges = [_as_range(r) for r in offset_ranges]
+    ranges = _pin_topic_ids(config, offset_ranges)
     return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings))
+
+
+def _pin_topic_ids(config: Mapping[str, Any], offset_ranges: Iterable) -> list[OffsetRange]:
+    """The ranges, each with the id its topic has now unless it names one (one Metadata request
+    for the topics without): the RDD reads the topics as they are when it is defined."""
+    ranges = [_as_range(r) for r in offset_ranges]
+    unpinned = {r.topic for r in ranges if r.topic_id is None}
+    if not unpinned:
+        return ranges
+    ids = lookup_topic_ids(config, unpinned)
+    return [r if r.topic_id is not None else dataclasses.replace(r, topic_id=ids.get(r.topic)) for r in ranges]
 
 
 def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
@@ -196,77 +224,11 @@ def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, n
     :func:`kafka_rdd`.  Needs pyarrow on the executors.
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
-    ranges = [_as_range(r) for r in offset_ranges]
+    ranges = _pin_topic_ids(config, offset_ranges)
     return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings, arrow=True))
 
 
-# --- commitToGroup for batch reads --------------------------------------------------------------
-
-class PendingCommit:
-    """The ``commitToGroup`` commit of a :func:`read_kafka` DataFrame (``df.kwire_commit``).
-
-    A driver thread waits for the DataFrame's first successful action, then commits
-    ``offsets`` to ``group``.  :meth:`wait` returns what was committed, or raises why not.
-    """
-
-    def __init__(self, options: SourceOptions, offsets: Mapping[tuple[str, int], int], observation):
-        self.options = options
-        self.group = options.commit_group
-        self.offsets = dict(offsets)
-        self.committed: dict | None = None
-        self.error: BaseException | None = None
-        self._observation = observation
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"kwire-commit-{self.group}", daemon=True)
-        self._thread.start()
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def _run(self) -> None:
-        # With nothing planned there is no job that could fail (and Spark reports no metrics
-        # for an empty plan), so the end offsets -- which equal the start -- are committed now.
-        if self._observation is not None:
-            try:
-                self._observation.get  # blocks until an action over the DataFrame has succeeded
-            except Exception as exc:  # e.g. the session stopped before any action
-                self.error = exc
-                self._done.set()
-                return
-        try:
-            with OffsetReader(self.options) as offsets:
-                offsets.commit(self.group, self.offsets)
-            self.committed = dict(self.offsets)
-            _log.info("kwire.spark: committed %s to group %r", self.offsets, self.group)
-        except BaseException as exc:
-            self.error = exc
-            _log.error("kwire.spark: committing to group %r failed: %s", self.group, exc)
-        finally:
-            self._done.set()
-
-    def wait(self, timeout_s: float | None = None) -> dict:
-        if not self._done.wait(timeout_s):
-            raise KafkaTimeoutError(f"the commit to group {self.group!r} has not happened within "
-                                    f"{timeout_s} s (it waits for the DataFrame's first action)")
-        if self.error is not None:
-            raise self.error
-        return dict(self.committed or {})
-
-
-def _commit_after_first_action(df, options: SourceOptions, end: Mapping, nothing_to_read: bool = False):
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    if nothing_to_read:
-        df.kwire_commit = PendingCommit(options, end, None)
-        return df
-
-    observation = Observation(f"kwire-commit-{uuid.uuid4().hex}")
-    observed = df.observe(observation, F.count(F.lit(1)).alias("records"))
-    observed.kwire_commit = PendingCommit(options, end, observation)
-    return observed
-
+# --- commitToGroup for batch reads: kwire.spark.commit ----------------------------------------------
 
 def await_commit(df, timeout_s: float | None = None) -> dict:
     """Wait for the ``commitToGroup`` commit of a :func:`read_kafka` DataFrame; return the

@@ -10,7 +10,11 @@ Register it once per session with :func:`kwire.spark.register`.  Where each piec
   the Fetch answers.
 
 Streaming offsets are Spark's Kafka format, ``{"topic": {"0": 42}}`` (next offset to read),
-checkpointed by Spark.  ``maxOffsetsPerTrigger`` becomes the default read limit
+plus ``"@topicIds": {"topic": "<uuid>"}`` (Metadata v10+; checkpoints written without it are
+still read), checkpointed by Spark.  A topic whose id changed between a batch's start and end
+was deleted and recreated, a log that now ends below the start was truncated: both are data
+loss (see :mod:`kwire.spark.planner` for where a stream goes on with failOnDataLoss=false).
+``maxOffsetsPerTrigger`` becomes the default read limit
 (``ReadMaxRows``); ``Trigger.AvailableNow`` reads up to the offsets that were latest when the
 query started, in as many micro-batches as the limit asks.  ``commitToGroup`` commits each
 micro-batch's end offsets once the batch is done: when Spark asks for the next batch's end
@@ -22,6 +26,7 @@ batch read has no hook that runs after the job, so the option is refused here.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -34,7 +39,7 @@ from . import planner
 from .offset_reader import OffsetReader, log_plan
 from .options import SourceOptions, parse_options
 from .planner import OffsetRange
-from .reader import ReadSettings, read_range_arrow, read_range_rows
+from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema_ddl
 
 try:
@@ -45,26 +50,36 @@ except ImportError:  # PySpark < 4.2: no read limits
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
-__all__ = ["KwireDataSource", "RangePartition", "PLANNED_RANGES_OPTION"]
+__all__ = ["KwireDataSource", "RangePartition", "PLANNED_RANGES_OPTION", "PROGRESS_OPTION"]
 
 # Internal: read_kafka plans on the driver and hands the ranges over, so they are not planned
-# twice (and a commit covers exactly what was read).  JSON [[topic, partition, from, until], ...]
+# twice (and a commit covers exactly what was read).
+# JSON [[topic, partition, from, until, topic id or null], ...]
 PLANNED_RANGES_OPTION = "kwire.plannedranges"
+# Internal: read_kafka's commitToGroup -- the id of the driver's accumulator the read tasks report
+# each range they read to its end to (kwire.spark.commit).
+PROGRESS_OPTION = "kwire.progress"
 
 _log = logging.getLogger("kwire.spark")
 
 
 class RangePartition(InputPartition):
     """The ranges one task reads, in turn: ``value`` is a tuple of
-    ``(topic, partition, from_offset, until_offset)`` (one, unless ``maxPartitions`` packed
-    several)."""
+    ``(topic, partition, from_offset, until_offset, topic_id)`` (one, unless ``maxPartitions``
+    packed several; the topic's id as planned, or None)."""
 
     def __init__(self, ranges: list[OffsetRange]):
-        super().__init__(tuple((r.topic, r.partition, r.from_offset, r.until_offset) for r in ranges))
+        super().__init__(tuple(_range_tuple(r) for r in ranges))
 
     @property
     def ranges(self) -> list[OffsetRange]:
-        return [OffsetRange(*v) for v in self.value]
+        return [_as_range(v) for v in self.value]
+
+
+def _range_tuple(r: OffsetRange) -> tuple:
+    """``(topic, partition, from, until, topic id or None)``: JSON- and pickle-friendly."""
+    return (r.topic, r.partition, r.from_offset, r.until_offset,
+            None if r.topic_id is None else str(r.topic_id))
 
 
 def _include_headers(options) -> bool:
@@ -74,14 +89,27 @@ def _include_headers(options) -> bool:
     return False
 
 
-def _split_planned(options) -> tuple[dict, list[OffsetRange] | None]:
-    """The options without the internal planned-ranges option, and those ranges (or None)."""
+def _split_internal(options) -> tuple[dict, list[OffsetRange] | None, int | None]:
+    """The options without the internal ones; the planned ranges (or None) and the progress
+    accumulator's id (or None)."""
     options = dict(options)
-    planned = None
+    planned = progress = None
     for k in list(options):
         if k.lower() == PLANNED_RANGES_OPTION:
-            planned = [OffsetRange(t, int(p), int(a), int(b)) for t, p, a, b in json.loads(options.pop(k))]
-    return options, planned
+            planned = [_as_range(v) for v in json.loads(options.pop(k))]
+        elif k.lower() == PROGRESS_OPTION:
+            progress = int(options.pop(k))
+    return options, planned, progress
+
+
+def _progress_accumulator(aid: int):
+    """The driver's accumulator ``aid``, as a task sees it (pickled into the reader, it registers
+    in each task's worker, which sends its updates back with the task's result)."""
+    from pyspark.accumulators import _deserialize_accumulator
+
+    from .commit import progress_param
+
+    return _deserialize_accumulator(aid, frozenset(), progress_param())
 
 
 def _read(settings: ReadSettings, partition: InputPartition) -> Iterator:
@@ -103,7 +131,7 @@ class KwireDataSource(DataSource):
         # Spark asks for the schema at load(), before it knows whether this is read or
         # readStream: check the options now (unknown names, malformed JSON) if they are wrong
         # for both; reader() / streamReader() apply the rules of their kind.
-        options, _ = _split_planned(self.options)
+        options, _, _ = _split_internal(self.options)
         try:
             parse_options(options, streaming=False)
         except ConfigError as batch_error:
@@ -114,13 +142,16 @@ class KwireDataSource(DataSource):
         return kafka_schema_ddl(_include_headers(self.options))
 
     def reader(self, schema) -> DataSourceReader:
-        options, planned = _split_planned(self.options)
+        options, planned, progress = _split_internal(self.options)
         opts = parse_options(options, streaming=False)
         if opts.commit_group:
             raise ConfigError("option 'commitToGroup' needs a hook after the job, which a Data Source "
                               "batch read does not have: use kwire.spark.read_kafka(spark, ...) for "
                               "batch reads, or readStream")
-        return KwireBatchReader(opts, planned)
+        reader = KwireBatchReader(opts, planned)
+        if progress is not None:
+            reader.settings = dataclasses.replace(reader.settings, progress=_progress_accumulator(progress))
+        return reader
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return KwireStreamReader(parse_options(self.options, streaming=True))
@@ -154,6 +185,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._offsets: OffsetReader | None = None
         self._target: dict | None = None  # Trigger.AvailableNow: read no further than this
         self._latest: dict | None = None
+        self._latest_ids: dict | None = None
         self._committed: dict | None = None  # the last offsets committed to commitToGroup
 
     def __getstate__(self):
@@ -176,7 +208,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         earliest, latest = r.earliest(tps), r.latest(tps)
         start = r.resolve_start(tps, earliest, latest)
         _log.info("kwire.spark: stream starts at %s", start)
-        return planner.offsets_to_json(start)
+        return planner.offsets_to_json(start, r.topic_ids(tps))
 
     def getDefaultReadLimit(self):
         if self.options.max_offsets_per_trigger and ReadMaxRows is not None:
@@ -196,25 +228,38 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._commit(start)
         r = self.offsets
         tps = r.partitions()
+        ids = r.topic_ids(tps)
         latest = r.latest(tps)
         self._latest = latest
+        self._latest_ids = ids
         if self._target is not None:
             latest = {tp: min(o, self._target.get(tp, o)) for tp, o in latest.items()}
         if start is None:
             # PySpark before 4.2 calls latestOffset() without the start or a limit: all there is
             # (maxOffsetsPerTrigger needs 4.2's read limits).
-            return planner.offsets_to_json(latest)
+            return planner.offsets_to_json(latest, ids)
         begin = planner.offsets_from_json(start)
+        begin_ids = planner.topic_ids_from_json(start)
+        recreated = {tp for tp in begin if tp in latest and tp[0] in begin_ids and tp[0] in ids
+                     and begin_ids[tp[0]] != ids[tp[0]]}
         new = [tp for tp in tps if tp not in begin]
-        if new:  # partitions that appeared since the last batch start at their beginning
-            begin.update(r.earliest(new))
+        restart = r.earliest(new + sorted(recreated)) if new or recreated else {}
+        # partitions that appeared since the last batch start at their beginning; a recreated
+        # topic's are counted from its new beginning (partitions() reports the loss)
+        counted_from = {**begin, **restart}
         max_rows = getattr(limit, "max_rows", None)
-        # A partition whose log now ends before `begin` keeps `begin` (partitions() reports the
-        # loss); one that disappeared is left out (ditto).
-        return planner.offsets_to_json(planner.cap_offsets(begin, latest, max_rows))
+        end = planner.cap_offsets(counted_from, latest, max_rows)
+        for tp, o in begin.items():
+            if tp in latest and latest[tp] < o and tp not in recreated:
+                # The log now ends below the start (truncated; or recreated, where no ids tell):
+                # end there, so that a batch runs and partitions() reports the loss, as Spark's
+                # source does ("offset was changed from X to Y").
+                end[tp] = latest[tp]
+        # A partition that disappeared is left out (partitions() reports it).
+        return planner.offsets_to_json(end, ids)
 
     def reportLatestOffset(self):
-        return None if self._latest is None else planner.offsets_to_json(self._latest)
+        return None if self._latest is None else planner.offsets_to_json(self._latest, self._latest_ids)
 
     def partitions(self, start: dict, end: dict):
         o = self.options
@@ -224,10 +269,14 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = sorted(set(begin) | set(until))
         earliest = r.earliest([tp for tp in tps if tp in until])
         latest = r.latest([tp for tp in tps if tp in until])
+        # The ids `end` recorded, unless this batch is replayed from a checkpoint written before
+        # ids were: then the ids now.
+        now_ids = planner.topic_ids_from_json(end) or r.topic_ids([tp for tp in tps if tp in until])
         plan = planner.plan_ranges(begin, until, earliest=earliest, latest=latest,
                                    fail_on_data_loss=o.fail_on_data_loss,
                                    min_partitions=o.min_partitions,
-                                   max_records_per_partition=o.max_records_per_partition)
+                                   max_records_per_partition=o.max_records_per_partition,
+                                   start_ids=planner.topic_ids_from_json(start), topic_ids=now_ids)
         for w in plan.warnings:
             _log.warning("kwire.spark: %s", w)
         log_plan(plan, latest)

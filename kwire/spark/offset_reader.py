@@ -35,7 +35,7 @@ from ..protocol.schema import ZERO_UUID
 from . import planner
 from .options import SourceOptions
 
-__all__ = ["OffsetReader", "UnreachableClusterError"]
+__all__ = ["OffsetReader", "UnreachableClusterError", "lookup_topic_ids"]
 
 _log = logging.getLogger("kwire.spark")
 
@@ -163,6 +163,13 @@ class OffsetReader:
         missing = [t for t in topics if self.client.metadata.topic_id(t) is None]
         if missing:
             self.client.refresh_metadata(missing)
+
+    def topic_ids(self, tps: Iterable[TP]) -> dict:
+        """``{topic: id}`` for the topics of ``tps`` whose id the metadata (v10+) knows, as of the
+        last refresh (:meth:`partitions` refreshes)."""
+        md = self.client.metadata
+        ids = {t: md.topic_id(t) for t in sorted({t for t, _ in tps})}
+        return {t: i for t, i in ids.items() if i is not None}
 
     # --- ListOffsets --------------------------------------------------------------------------
     def list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int | None]:
@@ -417,11 +424,30 @@ class OffsetReader:
                                    fail_on_data_loss=o.fail_on_data_loss,
                                    min_partitions=o.min_partitions,
                                    max_records_per_partition=o.max_records_per_partition,
-                                   executors=executors)
+                                   executors=executors, topic_ids=self.topic_ids(tps))
         for w in plan.warnings:
             _log.warning("kwire.spark: %s", w)
         log_plan(plan, latest)
         return plan, latest
+
+
+def lookup_topic_ids(config: Mapping, topics: Iterable[str]) -> dict:
+    """``{topic: id}`` for ``topics`` (those whose id the cluster reports), from one Metadata
+    request with the kwire configuration ``config`` (``kafka_rdd``'s ranges pin the topics
+    they were defined on)."""
+    from ..config import parse_config
+
+    topics = sorted(set(topics))
+    if not topics:
+        return {}
+    client = NetworkClient(parse_config(dict(config), role="consumer"))
+    try:
+        client.metadata.add_topics(topics)
+        client.refresh_metadata(topics)
+        ids = {t: client.metadata.topic_id(t) for t in topics}
+    finally:
+        client.close()
+    return {t: i for t, i in ids.items() if i is not None}
 
 
 def _spec_option(o: SourceOptions, *, starting: bool) -> str:

@@ -5,32 +5,42 @@ group) and passes the answers in as plain dicts keyed by ``(topic, partition)``;
 functions turn them into ``[from, until)`` ranges.  Keeping the arithmetic here means every rule
 (data loss, splitting, rate limits, the preferred executor) is tested without a cluster.
 
-Data loss is what happens when the offsets a plan asks for are not in the log any more:
-below its start (retention, DeleteRecords), or past its end (the topic was recreated or its
-log truncated).  With ``fail_on_data_loss`` the plan fails with :class:`DataLossError`; without,
-the missing part is skipped and a warning says what was skipped.
+Data loss is what happens when the offsets a plan asks for are not in the log any more.
+Each case, and where a plan goes on with ``fail_on_data_loss`` false (with it true, the plan
+fails with :class:`~kwire.errors.DataLossError`; either way the message says what was lost):
+
+=====================================================  =================================================
+the topic's id changed (deleted and recreated; ids     the new log's earliest offset: the old offsets
+from Metadata v10+, kept in the plan and in the        mean nothing there, and the new topic's records
+streaming offsets)                                     are all unread.  (Spark's Kafka source keeps no
+                                                       ids: it sees only the offsets below.)
+the log starts above the start (retention,             the log start, as Spark's source does
+DeleteRecords)
+the log ends below the start (truncation, or a         the log end, as Spark's source does ("offset was
+recreated topic without ids to tell)                   changed from X to Y, some data may have been
+                                                       missed"); the records below it are not re-read
+an ending offset past the end of the log               the log end
+a partition is gone                                    dropped from the plan
+=====================================================  =================================================
 """
 from __future__ import annotations
 
 import heapq
+import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping, Sequence
 
-from ..errors import ConfigError, KwireError, NoOffsetForPartitionError
+from ..errors import ConfigError, DataLossError, KwireError, NoOffsetForPartitionError
 from .options import EARLIEST, LATEST, OffsetSpec
 
 __all__ = [
     "DataLossError", "OffsetRange", "Plan", "timestamp_queries", "check_named_partitions",
     "resolve", "plan_ranges", "split_ranges", "preferred_executor", "lag", "cap_offsets",
-    "offsets_to_json", "offsets_from_json",
+    "offsets_to_json", "offsets_from_json", "topic_ids_from_json", "TOPIC_IDS_KEY",
 ]
 
 TP = tuple  # (topic, partition)
-
-
-class DataLossError(KwireError):
-    """Offsets a query needs are gone from Kafka (and failOnDataLoss is true)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -39,6 +49,8 @@ class OffsetRange:
 
     ``preferred_executor`` is the executor this partition's ranges should run on (stable per
     partition, so an executor keeps reading the partitions it read before); None when unknown.
+    ``topic_id`` is the id the topic had when the range was planned (None: unknown, not
+    checked); a reader finding another id reads a recreated topic: data loss.
     """
 
     topic: str
@@ -46,6 +58,7 @@ class OffsetRange:
     from_offset: int
     until_offset: int
     preferred_executor: str | None = field(default=None, compare=False)
+    topic_id: uuid.UUID | None = field(default=None, compare=False)
 
     @property
     def tp(self) -> tuple[str, int]:
@@ -67,6 +80,7 @@ class Plan:
     start: dict[tuple[str, int], int]  # per partition, after data-loss adjustment
     end: dict[tuple[str, int], int]
     warnings: list[str] = field(default_factory=list)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # as planned (known ones)
 
     @property
     def total(self) -> int:
@@ -170,8 +184,7 @@ def _split_even(r: OffsetRange, parts: int) -> list[OffsetRange]:
         return [r]
     size = r.size
     bounds = [r.from_offset + size * k // parts for k in range(parts + 1)]
-    return [OffsetRange(r.topic, r.partition, a, b, r.preferred_executor)
-            for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [replace(r, from_offset=a, until_offset=b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def split_ranges(ranges: Sequence[OffsetRange], *, min_partitions: int | None = None,
@@ -240,18 +253,25 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], *,
                 earliest: Mapping[TP, int] | None = None, latest: Mapping[TP, int] | None = None,
                 fail_on_data_loss: bool = True, min_partitions: int | None = None,
                 max_records_per_partition: int | None = None,
-                executors: Sequence[str] = (), keep_empty: bool = False) -> Plan:
+                executors: Sequence[str] = (), keep_empty: bool = False,
+                start_ids: Mapping[str, uuid.UUID] | None = None,
+                topic_ids: Mapping[str, uuid.UUID] | None = None) -> Plan:
     """The ``[from, until)`` ranges between ``start`` and ``end`` (``{tp: offset}``).
 
     Partitions in ``end`` but not in ``start`` are new: they start at ``earliest`` (or 0).
-    Partitions in ``start`` but not in ``end`` are gone: data loss.  A start below
-    ``earliest`` lost the offsets in between; an end past ``latest`` (the log was truncated) or a
-    start after its end asks for offsets the log does not have.  Empty ranges are dropped
-    unless ``keep_empty``.
+    Partitions in ``start`` but not in ``end`` are gone: data loss.  A topic whose id in
+    ``topic_ids`` (now) differs from ``start_ids`` (when ``start`` was taken) was recreated:
+    data loss, going on at ``earliest``.  A start below ``earliest`` lost the offsets in
+    between; an end past ``latest`` (the log was truncated) or a start after its end asks for
+    offsets the log does not have.  Topics missing from either id map are not checked (old
+    checkpoints, brokers without ids).  Empty ranges are dropped unless ``keep_empty``.
+    Ranges carry ``topic_ids``.
     """
     warnings: list[str] = []
     earliest = earliest or {}
     latest = latest or {}
+    start_ids = start_ids or {}
+    topic_ids = {t: i for t, i in (topic_ids or {}).items() if i is not None}
 
     def lost(message: str) -> None:
         if fail_on_data_loss:
@@ -274,6 +294,12 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], *,
             frm = earliest.get(tp, 0)
         low = earliest.get(tp)
         high = latest.get(tp)
+        was, now = start_ids.get(tp[0]), topic_ids.get(tp[0])
+        if tp in start and was is not None and now is not None and was != now:
+            restart = low if low is not None else 0
+            lost(f"{tp[0]}-{tp[1]}: the topic was deleted and recreated (topic id {was} is now {now}); "
+                 f"offset {frm} was planned in the old topic; going on at the new log's start, {restart}")
+            frm = restart
         if high is not None and until > high:
             lost(f"{tp[0]}-{tp[1]}: ending offset {until} is past the end of the log ({high})")
             until = high
@@ -288,10 +314,10 @@ def plan_ranges(start: Mapping[TP, int], end: Mapping[TP, int], *,
         final_end[tp] = until
         if until > frm or keep_empty:
             ranges.append(OffsetRange(tp[0], tp[1], frm, until,
-                                      preferred_executor(tp[0], tp[1], executors)))
+                                      preferred_executor(tp[0], tp[1], executors), topic_ids.get(tp[0])))
     ranges = split_ranges(ranges, min_partitions=min_partitions,
                           max_records_per_partition=max_records_per_partition)
-    return Plan(ranges, final_start, final_end, warnings)
+    return Plan(ranges, final_start, final_end, warnings, dict(topic_ids))
 
 
 # --- monitoring and rate limits --------------------------------------------------------------------
@@ -327,17 +353,33 @@ def cap_offsets(start: Mapping[TP, int], latest: Mapping[TP, int], max_offsets: 
 
 # --- the offsets Spark checkpoints -----------------------------------------------------------------
 
-def offsets_to_json(offsets: Mapping[TP, int]) -> dict[str, dict[str, int]]:
-    """``{(topic, partition): offset}`` as Spark's Kafka source writes it: ``{topic: {"p": off}}``."""
-    out: dict[str, dict[str, int]] = {}
+# '@' cannot occur in a Kafka topic name, so this key never collides with a topic.
+TOPIC_IDS_KEY = "@topicIds"
+
+
+def offsets_to_json(offsets: Mapping[TP, int], topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> dict:
+    """``{(topic, partition): offset}`` as Spark's Kafka source writes it: ``{topic: {"p": off}}``,
+    plus ``"@topicIds": {topic: "uuid"}`` for the topics whose id is known."""
+    out: dict = {}
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(o)
+    ids = {t: str(i) for t, i in sorted((topic_ids or {}).items()) if i is not None and t in out}
+    if ids:
+        out[TOPIC_IDS_KEY] = ids
     return out
 
 
 def offsets_from_json(value: Mapping[str, Mapping[str, int]]) -> dict[TP, int]:
+    """The offsets of :func:`offsets_to_json` (or of Spark's Kafka source: no ids)."""
     out = {}
     for t, parts in value.items():
+        if t == TOPIC_IDS_KEY:
+            continue
         for p, o in parts.items():
             out[(t, int(p))] = int(o)
     return out
+
+
+def topic_ids_from_json(value: Mapping) -> dict[str, uuid.UUID]:
+    """The topic ids :func:`offsets_to_json` recorded (none in checkpoints written before)."""
+    return {t: uuid.UUID(i) for t, i in (value.get(TOPIC_IDS_KEY) or {}).items()}

@@ -29,6 +29,7 @@ import atexit
 import logging
 import struct
 import time
+import uuid
 from collections import namedtuple
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -67,6 +68,9 @@ class ReadSettings:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
+    # commitToGroup: a PySpark accumulator each finished range is reported to, as
+    # (topic, partition, from, until, records, fingerprint) -- see kwire.spark.commit
+    progress: Any = None
 
     @classmethod
     def from_options(cls, o: SourceOptions) -> "ReadSettings":
@@ -243,7 +247,9 @@ class _Retry(Exception):
 
 
 class _Fetcher:
-    def __init__(self, client: NetworkClient, cfg: Config, settings: ReadSettings, topic: str, partition: int):
+    def __init__(self, client: NetworkClient, cfg: Config, settings: ReadSettings, topic: str, partition: int,
+                 topic_id=None):
+        self.expected_id = topic_id  # the topic's id when the range was planned (None: unchecked)
         self.client = client
         self.cfg = cfg
         self.settings = settings
@@ -312,6 +318,23 @@ class _Fetcher:
                     return p
         raise _Retry(f"the Fetch answer left out {self.where}")
 
+    def same_topic(self) -> bool:
+        """False when the topic is not the one the range was planned on: it was deleted and
+        recreated (its id changed), which is data loss -- raised, or warned about and the range
+        skipped (failOnDataLoss=false).  A stale cached id is refreshed before deciding."""
+        if self.expected_id is None:
+            return True
+        md = self.client.metadata
+        now = md.topic_id(self.topic)
+        if now != self.expected_id:
+            self.client.refresh_metadata([self.topic])
+            now = md.topic_id(self.topic)
+        if now is None or now == self.expected_id:  # gone altogether: Fetch reports it
+            return True
+        self.lost(f"{self.where}: the topic was deleted and recreated since the range was planned "
+                  f"(topic id {self.expected_id} is now {now}), so the planned offsets are not its records")
+        return False
+
     def lost(self, message: str) -> None:
         if self.settings.fail_on_data_loss:
             raise DataLossError(message + ". Some data may have been lost because it is not available "
@@ -346,10 +369,13 @@ class _Fetcher:
 
 
 def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, partition: int,
-                 from_offset: int, until_offset: int, cfg: Config | None = None) -> Iterator[Chunk]:
-    """The data of ``[from_offset, until_offset)`` of one partition, as :class:`Chunk` s."""
+                 from_offset: int, until_offset: int, cfg: Config | None = None, *,
+                 topic_id=None) -> Iterator[Chunk]:
+    """The data of ``[from_offset, until_offset)`` of one partition, as :class:`Chunk` s.
+
+    ``topic_id``: the topic's id when the range was planned; another id now is data loss."""
     cfg = cfg or settings.config()
-    fx = _Fetcher(client, cfg, settings, topic, partition)
+    fx = _Fetcher(client, cfg, settings, topic, partition, topic_id)
     pos = from_offset
     until = until_offset
     poll_timeout_ms = settings.poll_timeout_ms
@@ -360,6 +386,8 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
     while pos < until:
         try:
             if inflight is None:
+                if not fx.same_topic():
+                    return
                 inflight = fx.send(pos)
             f, epoch = inflight
             inflight = None
@@ -460,18 +488,56 @@ class _Lease:
 
 
 def _as_range(r) -> OffsetRange:
+    """An :class:`OffsetRange` from itself or ``(topic, partition, from, until[, topic_id])``."""
     if isinstance(r, OffsetRange):
         return r
     t, p, a, b = r[:4]
-    return OffsetRange(t, int(p), int(a), int(b))
+    tid = r[4] if len(r) > 4 else None
+    if tid is not None and not isinstance(tid, uuid.UUID):
+        tid = uuid.UUID(str(tid))
+    return OffsetRange(t, int(p), int(a), int(b), topic_id=tid)
+
+
+_FINGERPRINT_SHIFT = 40  # kwire.spark.commit.FINGERPRINT_SHIFT (not imported: no pyspark here)
+
+
+def _reported_rows(settings: ReadSettings, r: OffsetRange, rows: Iterator[tuple]) -> Iterator[tuple]:
+    n = fp = 0
+    mask = r.partition << _FINGERPRINT_SHIFT
+    for row in rows:
+        n += 1
+        fp ^= row[4] ^ mask
+        yield row
+    # reached only when the consumer asked for the row after the last: the range was read in full
+    settings.progress.add(frozenset([(r.topic, r.partition, r.from_offset, r.until_offset, n, fp)]))
+
+
+def _reported_batches(settings: ReadSettings, r: OffsetRange, batches: Iterator[Any]) -> Iterator[Any]:
+    import numpy as np
+
+    n = fp = 0
+    mask = r.partition << _FINGERPRINT_SHIFT
+    for batch in batches:
+        rows = batch.num_rows
+        n += rows
+        fp ^= int(np.bitwise_xor.reduce(batch.column(4).to_numpy())) ^ (mask if rows % 2 else 0)
+        yield batch
+    settings.progress.add(frozenset([(r.topic, r.partition, r.from_offset, r.until_offset, n, fp)]))
 
 
 def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
     """The records of one range as :class:`KafkaRow` (or :class:`KafkaRowWithHeaders`) tuples:
     ``key`` bytes | None, ``value`` bytes | None, ``topic``, ``partition``, ``offset``,
     ``timestamp`` (UTC datetime), ``timestampType`` (0 create, 1 log append, -1 none), and
-    ``headers`` [(str, bytes | None)] with ``include_headers``."""
+    ``headers`` [(str, bytes | None)] with ``include_headers``.
+
+    With ``settings.progress``, a range read to its end is reported to that accumulator."""
     r = _as_range(offset_range)
+    rows = _read_rows(settings, r)
+    return rows if settings.progress is None else _reported_rows(settings, r, rows)
+
+
+def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
     if r.size == 0:
         return
     iter_records, _ = _codec_functions()
@@ -485,7 +551,8 @@ def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
     lease = _Lease(settings)
     ok = False
     try:
-        for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg):
+        for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg,
+                                  topic_id=r.topic_id):
             lo, until = chunk.lo, chunk.until
             for a, b in chunk.runs:
                 for rec in iter_records(chunk.data[a:b], check_crc):
@@ -507,10 +574,17 @@ def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
 
 def read_range_arrow(settings: ReadSettings, offset_range, schema=None) -> Iterator[Any]:
     """The records of one range as ``pyarrow.RecordBatch`` es in the Spark Kafka schema
-    (see :mod:`kwire.spark.arrow`), decoded column-wise without per-record objects."""
+    (see :mod:`kwire.spark.arrow`), decoded column-wise without per-record objects.
+
+    With ``settings.progress``, a range read to its end is reported to that accumulator."""
+    r = _as_range(offset_range)
+    batches = _read_arrow(settings, r, schema)
+    return batches if settings.progress is None else _reported_batches(settings, r, batches)
+
+
+def _read_arrow(settings: ReadSettings, r: OffsetRange, schema) -> Iterator[Any]:
     from . import arrow as _arrow
 
-    r = _as_range(offset_range)
     if r.size == 0:
         return
     iter_records, decode_columns = _codec_functions()
@@ -521,7 +595,8 @@ def read_range_arrow(settings: ReadSettings, offset_range, schema=None) -> Itera
     lease = _Lease(settings)
     ok = False
     try:
-        for chunk in fetch_chunks(lease.client, settings, r.topic, r.partition, r.from_offset, r.until_offset, cfg):
+        for chunk in fetch_chunks(lease.client, settings, r.topic, r.partition, r.from_offset, r.until_offset, cfg,
+                                  topic_id=r.topic_id):
             for a, b in chunk.runs:
                 if decode_columns is not None:
                     cols = decode_columns(chunk.data[a:b], check_crc)
