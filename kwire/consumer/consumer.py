@@ -81,6 +81,24 @@ class _GroupEvent:
         self.action, self.fences = action, fences
 
 
+class PartitionEOF:
+    """``enable.partition.eof``: the application has had every record of ``topic`` [``partition``]
+    before ``offset``, the partition's high watermark when it was fetched.  poll() returns it
+    (consume() returns it alone in its list), once per end reached: again only after more
+    records, a seek or a new assignment."""
+
+    __slots__ = ("topic", "partition", "offset", "fence")
+
+    def __init__(self, topic, partition, offset, fence):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.fence = fence
+
+    def __repr__(self) -> str:
+        return f"PartitionEOF({self.topic} [{self.partition}] at {self.offset})"
+
+
 class _Future:
     __slots__ = ("_event", "value", "error")
 
@@ -187,6 +205,7 @@ class Consumer:
         self._app_subscribed = False
         self._closed = False
         self._closing = False
+        self._app_event: PartitionEOF | None = None  # handed out by the next poll()/consume()
 
         # driver-thread state
         self._raw: deque = deque()           # fetched chunks not decoded yet
@@ -197,6 +216,7 @@ class Consumer:
         self._next_unknown_refresh_ms = 0
         self._close_deadline_ms: int | None = None
         self._close_future: _Future | None = None
+        self._eof_at: dict = {} if cfg.enable_partition_eof else None  # tp -> (offset, fence) reported
 
         self._thread = threading.Thread(target=self._drive, name="kwire-consumer", daemon=True)
         self._thread.start()
@@ -258,7 +278,8 @@ class Consumer:
         cur = self._cur
         if cur is None:
             if not self._next_chunk(self._deadline(timeout)):
-                return None
+                ev, self._app_event = self._app_event, None
+                return ev
             cur = self._cur
         i = self._idx
         rec = cur[i]
@@ -289,6 +310,8 @@ class Consumer:
                 # With records in hand, return them before handling an event: a revocation
                 # would count them as consumed (and commit them) before the caller saw them.
                 if not self._next_chunk(deadline if out is None else 0, events=out is None):
+                    if self._app_event is not None:  # (only when out is None)
+                        out, self._app_event = [self._app_event], None
                     break
                 cur = self._cur
             i = self._idx
@@ -655,6 +678,12 @@ class Consumer:
                 self._cur_tp = item.tp
                 self._idx = 0
                 return True
+            if type(item) is PartitionEOF:
+                f = self._fence.get((item.topic, item.partition))
+                if f is None or item.fence < f:
+                    continue  # seeked, paused or revoked since
+                self._app_event = item
+                return False
             self._event(item)
 
     def _step_over(self, chunk: FetchedChunk) -> None:
@@ -1047,6 +1076,7 @@ class Consumer:
     def _on_done(self, done) -> None:
         fetcher = self._fetcher
         raw = []
+        eof = [] if self._eof_at is not None else None
         for f in done:
             req = self._inflight.pop(f, None)
             if req is None:
@@ -1056,8 +1086,13 @@ class Consumer:
                 continue
             resp = f.error if f.error is not None else f.response
             result = req.owner.on_response(req, resp, now_ms())
-            if req.owner is fetcher and result:
-                raw.extend(result)
+            if req.owner is fetcher:
+                if result:
+                    raw.extend(result)
+                if eof is not None and isinstance(req.context, dict):
+                    eof.extend(req.context.get("offsets", ()))
+        if eof:
+            self._report_eof(eof, raw)
         if not raw:
             return
         # Positions already moved past the fetched batches (from their headers): ask for the
@@ -1065,6 +1100,21 @@ class Consumer:
         self._send_all(now_ms())
         self._raw.extend(raw)
         self._decode_ahead()
+
+    def _report_eof(self, tps, raw: list) -> None:
+        """enable.partition.eof: a partition whose position reached its high watermark, after
+        its records (_push decodes every fetched chunk first, so `raw` is queued first)."""
+        for tp in tps:
+            st = self._subs.get(tp)
+            if st is None or not st.fetchable:
+                continue
+            off = st.position.offset
+            if off == st.high_watermark and self._eof_at.get(tp) != (off, st.fence):
+                self._eof_at[tp] = (off, st.fence)
+                if raw:
+                    self._raw.extend(raw)
+                    raw.clear()
+                self._push(PartitionEOF(tp[0], tp[1], off, st.fence))
 
     def _dispatch_actions(self) -> None:
         for a in self._coord.drain_actions():
