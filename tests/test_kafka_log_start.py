@@ -351,9 +351,10 @@ def test_delete_records_under_a_paused_consumer(kafka, unique_topic, reset):
 
 @pytest.fixture(scope="module")
 def kafka_retention(request):
-    """A Kafka of its own that applies retention every 100 ms (log.retention.check.interval.ms is
-    a static broker setting; its default is 5 minutes)."""
-    cluster = start_kafka(request, properties={"log.retention.check.interval.ms": "100"})
+    """A Kafka of its own that applies retention every 100 ms from the start (both are static
+    broker settings; the defaults are every 5 minutes, the first 30 s after startup)."""
+    cluster = start_kafka(request, properties={"log.retention.check.interval.ms": "100",
+                                               "log.initial.task.delay.ms": "0"})
     yield cluster
     stop_kafka(request, cluster)
 
