@@ -406,16 +406,29 @@ def test_hex_response_with_and_without_size_prefix(capsys):
             code, out, err = run_cli(capsys, "--hex", hx, "--response", "--api", api, "--version", "3")
             assert code == 0, err
             assert out.startswith("←  ApiVersions v3  corr=9")
-            assert "    - {api_key: 18, min_version: 0, max_version: 4}" in out
+            assert "    - {api_key: 18 (ApiVersions), min_version: 0, max_version: 4}" in out
 
 
 def test_hex_errors(capsys):
     frame = P.encode_request("Metadata", 12, {"topics": None}, correlation_id=7)
-    # Not decodable: exit 1, the reason and every byte shown.
-    code, out, _ = run_cli(capsys, "--hex", frame[:-3].hex() + "ff")
+    # A size prefix that disagrees with the length: an error naming both, not another frame
+    # (these bytes without their prefix would read as "Produce v20").
+    code, out, err = run_cli(capsys, "--hex", frame[:-3].hex() + "ff")
+    assert code == 2 and not out
+    assert f"size prefix says {len(frame) - 4} bytes follow, but {len(frame) - 6} do" in err
+    # Not decodable, prefix consistent: exit 1, the fields decoded, the reason and position,
+    # then the bytes from there on.
+    named = P.encode_request("Metadata", 12, {"topics": [{"name": "orders-and-more"}]}, correlation_id=7,
+                             client_id="cli")
+    cut = (len(named) - 12).to_bytes(4, "big") + named[4:-8]  # the topic name cut short
+    code, out, _ = run_cli(capsys, "--hex", cut.hex())
     assert code == 1
-    assert "UNDECODED" in out and "why: request cannot be decoded" in out
-    assert "000000  " + frame[:8].hex(" ") in out  # its size prefix no longer matches: all bytes are payload
+    assert "UNDECODED Metadata v12  corr=7" in out
+    assert "why: request cannot be decoded: needed 15 bytes at position 36, only 11 left" in out
+    assert ("    api_key: 3 (Metadata)\n    api_version: 12\n    correlation_id: 7\n    client_id: \"cli\"\n"
+            "    topics:\n      - {topic_id: 00000000-0000-0000-0000-000000000000}\n") in out
+    assert "  stopped: at byte 36 of the frame while reading topics[0].name: needed 15 bytes" in out
+    assert "  the rest, from byte 36:\n    000024  6f 72 64 65 72 73 2d 61  6e 64 2d " in out
     code, out, _ = run_cli(capsys, "--hex", frame.hex(), "--response", "--api", "Fetch", "--version", "12")
     assert code == 1 and "response cannot be decoded" in out
     # Usage errors: exit 2 with a message.
@@ -696,10 +709,11 @@ def test_tracer_text_and_json():
     body = {"responses": [], "throttle_time_ms": 0}
     tracer(trace_event("recv", body=body, ts=1_700_000_000.5))
     event = json.loads(out.getvalue())
-    assert event == {"time": "2023-11-14T22:13:20.500000Z", "ts": 1700000000.5, "kind": "response",
+    assert event == {"time": "2023-11-14T22:13:20.500000Z", "ts": 1700000000.5, "packet": None, "kind": "response",
                      "direction": "broker->client", "client": None, "broker": "127.0.0.1:9092", "node_id": 1,
                      "connection": None, "api": "Produce", "api_key": 0, "version": 9, "correlation_id": 5,
-                     "size_bytes": 120, "rtt_ms": 1.25, "body": {"responses": [], "throttle_time_ms": 0}}
+                     "size_bytes": 120, "rtt_ms": 1.25, "client_id": None, "errors": {},
+                     "body": {"responses": [], "throttle_time_ms": 0}}
 
 
 def test_tracer_through_logging(caplog):

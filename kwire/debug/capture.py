@@ -20,12 +20,13 @@ A Kafka frame on a stream::
 
 Nothing is dropped silently: bytes that cannot be decoded become ``undecoded`` items carrying
 the bytes and the reason; holes in the capture become ``gap`` items.  Limits: IP fragments are
-not reassembled; a pcapng file's link type is its first interface's; TLS and SASL-wrapped
-traffic are not Kafka frames and show as undecoded bytes.
+not reassembled; a pcapng file's link type is its first interface's; TLS is recognised and
+reported (see :mod:`kwire.debug.tls`), not decrypted.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import socket
 import struct
@@ -35,6 +36,8 @@ from typing import Callable, Iterator
 
 from ..errors import KwireError
 from ..protocol import api as P
+from .partial import partial_request, partial_response
+from .tls import CANNOT_DECRYPT, find_tls, summarise_tls
 
 try:
     import dpkt
@@ -73,7 +76,8 @@ class CaptureError(KwireError):
 class Item:
     """One thing seen on the wire: a decoded frame, undecodable bytes, a gap or a note.
 
-    ``kind`` is "request", "response", "undecoded", "gap" or "note".  ``problem`` marks the
+    ``kind`` is "request", "response", "undecoded", "gap", "tls" (a direction of a connection
+    that carries TLS) or "note".  ``problem`` marks the
     items that mean some bytes could not be decoded (undecoded, gap, and some notes).
     ``size_bytes`` counts a frame's bytes on the wire, its 4-byte size prefix included.
     """
@@ -96,16 +100,25 @@ class Item:
     offset: int | None = None
     connection: int | None = None
     problem: bool = False
+    packet: int | None = None  # the packet (numbered from 1, as Wireshark does) that completed it
+    partial: object | None = None  # a kwire.debug.partial.Partial for a frame that did not decode
+    # A response's request and a request's response (undecoded frames whose header was read
+    # are paired too): filters select pairs, --summary names a response's client.
+    request: Item | None = field(default=None, repr=False, compare=False)
+    response: Item | None = field(default=None, repr=False, compare=False)
 
     def to_event(self) -> dict:
         """The dict render.py takes (the same shape as a live trace event after trace.py)."""
+        client_id = self.client_id
+        if client_id is None and self.request is not None:
+            client_id = self.request.client_id
         return {
-            "kind": self.kind, "ts": self.ts, "client": self.client, "broker": self.broker,
-            "node_id": None, "to_broker": self.to_broker, "connection": self.connection,
-            "api": self.api, "api_key": self.api_key, "version": self.version,
-            "correlation_id": self.correlation_id, "client_id": self.client_id,
+            "kind": self.kind, "ts": self.ts, "packet": self.packet, "client": self.client,
+            "broker": self.broker, "node_id": None, "to_broker": self.to_broker,
+            "connection": self.connection, "api": self.api, "api_key": self.api_key,
+            "version": self.version, "correlation_id": self.correlation_id, "client_id": client_id,
             "size_bytes": self.size_bytes, "rtt_ms": self.rtt_ms, "body": self.body,
-            "reason": self.reason, "data": self.data, "offset": self.offset,
+            "reason": self.reason, "data": self.data, "offset": self.offset, "partial": self.partial,
         }
 
 
@@ -221,8 +234,9 @@ def _find_ip(pkt):
     return None
 
 
-def read_segments(path: str | os.PathLike) -> tuple[list[Connection], dict, list[Item]]:
-    """Every TCP connection in a capture, with its segments in capture order.
+def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
+    """Every TCP connection in a capture (a path, or a binary file object), with its segments
+    in capture order.
 
     Returns (connections, stats, notes): notes report damage to the file itself.
     """
@@ -232,15 +246,16 @@ def read_segments(path: str | os.PathLike) -> tuple[list[Connection], dict, list
     notes: list[Item] = []
     by_key: dict = {}
     done: list[Connection] = []
-    with open(path, "rb") as f:
+    name = "stdin" if hasattr(path, "read") else os.fspath(path)
+    with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as f:
         try:
             reader = dpkt.pcap.UniversalReader(f)
         except (ValueError, dpkt.Error, struct.error) as exc:
-            raise CaptureError(f"{os.fspath(path)}: not a pcap or pcapng capture ({exc})") from None
+            raise CaptureError(f"{name}: not a pcap or pcapng capture ({exc})") from None
         linktype = reader.datalink()
         decode_link = _link_decoder(linktype)
         if decode_link is None:
-            raise CaptureError(f"{os.fspath(path)}: link type {linktype} is not supported "
+            raise CaptureError(f"{name}: link type {linktype} is not supported "
                                "(Ethernet, Linux cooked v1/v2, loopback and raw IP are)")
         stats["link_type"] = linktype
         last: tuple[Segment, Connection] | None = None
@@ -320,8 +335,9 @@ class Stream:
                  duplicate_bytes: int = 0, lost_segments: list | None = None):
         self.data = bytes(data)
         self.holes = holes
-        self._time_offsets = [o for o, _ in times]
-        self._times = [t for _, t in times]
+        self._time_offsets = [t[0] for t in times]
+        self._times = [t[1] for t in times]
+        self._packets = [t[2] if len(t) > 2 else None for t in times]
         self.mid_start = mid_start
         self.closed = closed  # FIN/RST seen and nothing lost at the end
         self.duplicate_bytes = duplicate_bytes
@@ -347,6 +363,13 @@ class Stream:
             if he > start:
                 return hs, he
         return None
+
+    def packet_at(self, offset: int) -> int | None:
+        """The number (from 1, as Wireshark counts) of the packet that carried ``offset``."""
+        if not self._packets:
+            return None
+        i = bisect.bisect_right(self._time_offsets, offset) - 1
+        return self._packets[max(i, 0)]
 
     def lost_in(self, start: int, stop: int) -> int:
         return sum(max(0, min(he, stop) - max(hs, start)) for hs, he in self.holes if hs < stop and he > start)
@@ -406,7 +429,7 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         cap_end = rel + len(s.payload)
         if cap_end > cursor:
             duplicates += cursor - rel
-            times.append((cursor, s.ts))
+            times.append((cursor, s.ts, s.index))
             data += s.payload[cursor - rel:]
         else:
             duplicates += len(s.payload)
@@ -642,6 +665,22 @@ def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tup
     return None, ""
 
 
+def _tls_items(streams_dir, item) -> bool:
+    """Report TLS directions (one item each); True when the connection carries TLS."""
+    found = False
+    for stream, to_broker in streams_dir:
+        start = find_tls(stream.data, mid_start=stream.mid_start)
+        if start is None:
+            continue
+        found = True
+        summary = summarise_tls(stream.data, start)
+        arrow = "client->broker" if to_broker else "broker->client"
+        item("tls", to_broker, ts=stream.time_at(start), packet=stream.packet_at(start), offset=start,
+             size_bytes=summary.bytes, problem=True, data=stream.data[start:start + 5 + 512],
+             reason=f"TLS ({arrow}): {summary.describe()}; {CANNOT_DECRYPT}")
+    return found
+
+
 def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict) -> list[Item]:
     client = conn.other(broker)
     ctext, btext = endpoint_text(client), endpoint_text(broker)
@@ -654,35 +693,51 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         items.append(it)
         return it
 
+    if _tls_items(((up, True), (down, False)), item):
+        return items
+
     arrow = {True: "client->broker", False: "broker->client"}
     for stream, to_broker in ((up, True), (down, False)):
         if stream.mid_start and stream.end:
-            item("note", to_broker, ts=stream.time_at(0), problem=False, reason=(
+            item("note", to_broker, ts=stream.time_at(0), packet=stream.packet_at(0), problem=False, reason=(
                 f"capture starts mid-connection ({arrow[to_broker]}: no SYN seen)"))
         for hs, he in stream.holes:
-            short = [f"packet {i} was captured {n} bytes short" for i, n in stream.lost_segments]
+            short = [f"packet {i} was captured {n} bytes short (snap length)" for i, n in stream.lost_segments]
             item("gap", to_broker, ts=stream.time_at(he) if he < stream.end else stream.time_at(hs),
-                 offset=hs, size_bytes=he - hs, problem=True,
+                 packet=stream.packet_at(hs), offset=hs, size_bytes=he - hs, problem=True,
                  reason=f"capture lost {he - hs} bytes at stream offset {hs} ({arrow[to_broker]})"
                         + (f"; {'; '.join(short[:3])}" if short else ""))
+
+    def damaged_partial(piece: Piece, decode) -> object | None:
+        """A cut frame: decode its first run of captured bytes as far as they go."""
+        if piece.header is None:
+            return None
+        result = decode(piece.data[4:])
+        result.note = (f"the capture has {len(piece.data)} of the frame's {piece.size + 4} bytes "
+                       "before its first gap")
+        return result
 
     # Requests first: their headers tell us how to decode the responses.
     pending: dict[int, deque[_Pending]] = {}
     for piece in split_frames(up, request_start, min_size=MIN_REQUEST_BYTES):
         last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
-        ts = up.time_at(last_byte)
+        ts, packet = up.time_at(last_byte), up.packet_at(last_byte)
         if piece.kind == "junk":
-            item("undecoded", True, ts=up.time_at(piece.offset), offset=piece.offset, data=piece.data,
-                 size_bytes=len(piece.data), reason=piece.reason, problem=True)
+            item("undecoded", True, ts=up.time_at(piece.offset), packet=up.packet_at(piece.offset),
+                 offset=piece.offset, data=piece.data, size_bytes=len(piece.data), reason=piece.reason,
+                 problem=True)
             continue
         if piece.kind == "damaged":
-            it = item("undecoded", True, ts=ts, offset=piece.offset, data=piece.data,
-                      size_bytes=len(piece.data), reason=piece.reason, problem=True)
+            it = item("undecoded", True, ts=ts, packet=packet, offset=piece.offset, data=piece.data,
+                      size_bytes=len(piece.data), reason=piece.reason, problem=True,
+                      partial=damaged_partial(piece, partial_request))
             if piece.header is not None:  # still pair its response
                 key, version, corr = struct.unpack(">hhi", piece.header)
                 it.api_key, it.version, it.correlation_id = key, version, corr
                 a = P.APIS.get(key)
                 it.api = a.name if a else None
+                if it.partial is not None:
+                    it.client_id = it.partial.header.get("client_id")
                 pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
             continue
         frame = _I32.pack(piece.size) + piece.data
@@ -693,15 +748,17 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
             rf = P.decode_request(piece.data, size_prefix=False)
         except KwireError as exc:
             a = P.APIS.get(key) if key is not None else None
-            it = item("undecoded", True, ts=ts, offset=piece.offset, data=frame, size_bytes=len(frame),
-                      api=a.name if a else None, api_key=key, version=version, correlation_id=corr,
-                      problem=True, reason=f"request cannot be decoded: {_describe_error(exc)}")
+            part = partial_request(piece.data)
+            it = item("undecoded", True, ts=ts, packet=packet, offset=piece.offset, data=frame,
+                      size_bytes=len(frame), api=a.name if a else None, api_key=key, version=version,
+                      correlation_id=corr, client_id=part.header.get("client_id"), problem=True,
+                      reason=f"request cannot be decoded: {part.reason or _describe_error(exc)}", partial=part)
             if corr is not None:
                 pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
             continue
-        it = item("request", True, ts=ts, offset=piece.offset, api=rf.api.name, api_key=rf.api.key,
-                  version=rf.version, correlation_id=rf.correlation_id, client_id=rf.client_id,
-                  size_bytes=len(frame), body=rf.body)
+        it = item("request", True, ts=ts, packet=packet, offset=piece.offset, api=rf.api.name,
+                  api_key=rf.api.key, version=rf.version, correlation_id=rf.correlation_id,
+                  client_id=rf.client_id, size_bytes=len(frame), body=rf.body)
         if rf.api.key == 0 and rf.body.get("acks") == 0:
             continue  # Produce with acks=0: the broker sends no response
         pending.setdefault(rf.correlation_id, deque()).append(_Pending(rf.api.key, rf.version, ts, it))
@@ -709,11 +766,16 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     def unanswered() -> set:
         return {c for c, q in pending.items() if q}
 
+    def pair(resp: Item, req: _Pending) -> None:
+        resp.request, req.item.response = req.item, resp
+
     for piece in split_frames(down, response_start(unanswered), min_size=MIN_RESPONSE_BYTES):
         last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
-        ts = down.time_at(last_byte)
+        ts, packet = down.time_at(last_byte), down.packet_at(last_byte)
         if piece.kind != "frame":
-            it = item("undecoded", False, ts=down.time_at(piece.offset) if piece.kind == "junk" else ts,
+            junk = piece.kind == "junk"
+            it = item("undecoded", False, ts=down.time_at(piece.offset) if junk else ts,
+                      packet=down.packet_at(piece.offset) if junk else packet,
                       offset=piece.offset, data=piece.data, size_bytes=len(piece.data),
                       reason=piece.reason, problem=True)
             if piece.kind == "damaged" and piece.header is not None:
@@ -722,12 +784,16 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                 if q:
                     req = q.popleft()
                     it.correlation_id, it.api_key, it.version, it.api = corr, req.api_key, req.version, req.item.api
+                    pair(it, req)
+                    if P.APIS.get(req.api_key) is not None:
+                        it.partial = damaged_partial(
+                            piece, lambda payload: partial_response(req.api_key, req.version, payload))
             continue
         frame = _I32.pack(piece.size) + piece.data
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)
         req = q.popleft() if q else None
-        common = dict(ts=ts, offset=piece.offset, size_bytes=len(frame), correlation_id=corr)
+        common = dict(ts=ts, packet=packet, offset=piece.offset, size_bytes=len(frame), correlation_id=corr)
         if req is not None and req.ts is not None and ts is not None:
             common["rtt_ms"] = round((ts - req.ts) * 1000.0, 3)
         if req is None:
@@ -737,18 +803,22 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
             continue
         a = P.APIS.get(req.api_key)
         if a is None:
-            item("undecoded", False, data=frame, problem=True, api_key=req.api_key, version=req.version,
-                 reason=f"response to a request with api key {req.api_key}, which kwire does not know",
-                 **common)
+            pair(item("undecoded", False, data=frame, problem=True, api_key=req.api_key, version=req.version,
+                      reason=f"response to a request with api key {req.api_key}, which kwire does not know",
+                      **common), req)
             continue
         try:
             rf = P.decode_response(a, req.version, piece.data, size_prefix=False)
         except KwireError as exc:
-            item("undecoded", False, data=frame, problem=True, api=a.name, api_key=a.key,
-                 version=req.version, reason=f"{a.name} v{req.version} response cannot be decoded: "
-                                             f"{_describe_error(exc)}", **common)
+            part = partial_response(a, req.version, piece.data) if a.min_version <= req.version <= a.max_version \
+                else None
+            pair(item("undecoded", False, data=frame, problem=True, api=a.name, api_key=a.key,
+                      version=req.version, partial=part,
+                      reason=f"{a.name} v{req.version} response cannot be decoded: "
+                             f"{part.reason if part is not None and part.reason else _describe_error(exc)}",
+                      **common), req)
             continue
-        item("response", False, api=a.name, api_key=a.key, version=rf.version, body=rf.body, **common)
+        pair(item("response", False, api=a.name, api_key=a.key, version=rf.version, body=rf.body, **common), req)
 
     left = sorted((p.item.correlation_id, p.item.api) for qq in pending.values() for p in qq)
     if left:
@@ -769,7 +839,7 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
     conns, stats, notes = read_segments(path)
     items: list[Item] = list(notes)
     stats.update(tcp_connections=len(conns), kafka_connections=0, auto_detected=0, requests=0,
-                 responses=0, undecoded=0, gaps=0, undecoded_bytes=0, ports=sorted(ports),
+                 responses=0, undecoded=0, gaps=0, undecoded_bytes=0, tls_connections=0, ports=sorted(ports),
                  auto_detect=auto_detect)
     others: dict = {}
     found: list[KafkaConnection] = []
@@ -805,6 +875,7 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
             stats["undecoded_bytes"] += len(i.data or b"")
         elif i.kind == "gap":
             stats["gaps"] += 1
+    stats["tls_connections"] = len({i.connection for i in items if i.kind == "tls"})
     # Stable: equal times keep the per-connection order (notes, gaps, requests, responses).
     items.sort(key=lambda i: i.ts if i.ts is not None else float("inf"))
     return CaptureResult(items, stats, found)

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import argparse
 import binascii
+import io
+import json
 import os
+import struct
 import sys
 
 from ..errors import KwireError
 from ..protocol import api as P
+from .partial import partial_request, partial_response
 from .render import FORMATS, RECORD_MODES, Renderer
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE = 0, 1, 2
@@ -20,15 +24,26 @@ USAGE_EXAMPLES = """\
 examples:
   kwire decode traffic.pcapng                      frames on port 9092 (and auto-detected)
   kwire decode traffic.pcap --port 9093 --port 19092 --format json
+  kwire decode traffic.pcap --summary              one line per frame, with the errors it carries
+  kwire decode traffic.pcap --group billing        the group's requests and their responses
+  kwire decode traffic.pcap --api Fetch,ListOffsets --version 12-17 --topic orders
+  kwire decode traffic.pcap --errors --summary     frames with a non-zero error code anywhere
+  kwire decode traffic.pcap --stats                counts, errors, rtt percentiles, records, groups
+  tcpdump -i lo -w - port 9092 | kwire decode -    a capture on stdin (decoded at its end)
   kwire decode --hex 0000001f00120003... --request
   kwire decode --hex 00000001000000... --response --api ApiVersions --version 3
+
+filters (capture files; all given must hold): --api NAME[,NAME] (names, keys or globs),
+--version V[,V|LO-HI], --corr N[,N|LO-HI], --client-id ID, --broker HOST:PORT (or PORT),
+--group G, --topic T (repeatable; globs with * ? [ ]), --errors.  --client-id, --group and
+--topic select a request and its response together.
 """
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = USAGE_EXAMPLES
-    p.add_argument("capture", nargs="?", help="a .pcap or .pcapng capture file")
+    p.add_argument("capture", nargs="?", help="a .pcap or .pcapng capture file, or - for stdin")
     p.add_argument("--port", action="append", type=int, metavar="PORT",
                    help="broker port of the Kafka connections (repeatable; default 9092)")
     p.add_argument("--no-auto", dest="auto", action="store_false",
@@ -36,16 +51,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text for people (default), json for scripts: one object per line")
     p.add_argument("--records", choices=RECORD_MODES, default="summary",
-                   help="record payloads: a summary (default) or every record")
+                   help="record payloads: a summary (default) or every batch and record")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour text output (auto: when stdout is a terminal)")
-    p.add_argument("--hex", help="one frame as hex, with or without its 4-byte size prefix")
-    kind = p.add_mutually_exclusive_group()
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--summary", action="store_true",
+                      help="one line per frame: time, packet, route, client id, api, corr, size, rtt, errors")
+    view.add_argument("--stats", action="store_true",
+                      help="statistics instead of frames: APIs, errors, rtt, records per partition, groups")
+    f = p.add_argument_group("filters (capture files)")
+    f.add_argument("--api", action="append", metavar="NAME[,NAME]",
+                   help="only these APIs (names, keys or globs); with --hex --response: the frame's API")
+    f.add_argument("--version", metavar="V[,V|LO-HI]",
+                   help="only these API versions; with --hex --response: the frame's version")
+    f.add_argument("--corr", metavar="N[,N|LO-HI]", help="only these correlation ids")
+    f.add_argument("--client-id", action="append", metavar="ID", help="only requests of this client id, and their responses")
+    f.add_argument("--broker", action="append", metavar="HOST:PORT", help="only connections to this broker")
+    f.add_argument("--group", action="append", metavar="GROUP", help="only this group's requests, and their responses")
+    f.add_argument("--topic", action="append", metavar="TOPIC",
+                   help="only frames naming this topic (by name, or by id through the capture's Metadata)")
+    f.add_argument("--errors", action="store_true", help="only frames carrying a non-zero error code")
+    h = p.add_argument_group("one frame as hex")
+    h.add_argument("--hex", help="one frame as hex, with or without its 4-byte size prefix")
+    kind = h.add_mutually_exclusive_group()
     kind.add_argument("--request", action="store_true", help="the --hex frame is a request (the default)")
     kind.add_argument("--response", action="store_true",
                       help="the --hex frame is a response (give --api and --version)")
-    p.add_argument("--api", help="API name or key of a --response frame, e.g. ApiVersions or 18")
-    p.add_argument("--version", type=int, help="API version of a --response frame")
 
 
 def _usage(msg: str) -> int:
@@ -65,18 +96,65 @@ def run(args: argparse.Namespace, stdout=None) -> int:
         return EXIT_OK
 
 
+_FILTER_ARGS = ("corr", "client_id", "broker", "group", "topic", "errors")
+
+
 def _run(args: argparse.Namespace, out) -> int:
     color = {"auto": None, "always": True, "never": False}[args.color]
-    renderer = Renderer(args.format, args.records, stream=out, color=color)
+    renderer = Renderer(args.format, args.records, stream=out, color=color, summary=args.summary)
     if args.capture and args.hex:
         return _usage("give a capture file or --hex, not both")
     if args.hex:
+        used = [f"--{a.replace('_', '-')}" for a in _FILTER_ARGS if getattr(args, a)]
+        if used or args.stats:
+            return _usage(f"{', '.join(used) or '--stats'} go with a capture file, not --hex")
         return _run_hex(args, renderer)
     if args.capture:
-        if args.request or args.response or args.api or args.version is not None:
-            return _usage("--request/--response/--api/--version go with --hex")
+        if args.request or args.response:
+            return _usage("--request/--response go with --hex")
         return _run_capture(args, renderer)
     return _usage("give a capture file (.pcap/.pcapng) or --hex HEX; see kwire decode --help")
+
+
+def _decode_hex_frame(frame: bytes, args, api):
+    """The frame decoded, with or without a size prefix.  A size prefix that does not match
+    the length is an error, not a hint to decode the bytes as some other frame."""
+    def decode(payload):
+        if args.response:
+            return P.decode_response(api, args.version, payload, size_prefix=False)
+        return P.decode_request(payload, size_prefix=False)
+
+    def header_ok(at: int) -> bool:
+        """A request header kwire knows starts at ``at``."""
+        if len(frame) < at + 8:
+            return False
+        key, version, corr = struct.unpack_from(">hhi", frame, at)
+        a = P.APIS.get(key)
+        return a is not None and a.min_version <= version <= a.max_version and corr >= 0
+
+    n = len(frame)
+    size = struct.unpack_from(">i", frame, 0)[0] if n >= 4 else None
+    if size == n - 4:
+        return frame[4:], decode(frame[4:])
+    mismatch = _SizeMismatch(f"--hex: its size prefix says {size} bytes follow, but {n - 4} do "
+                             "(fix the prefix, or leave it out)")
+    if not args.response and header_ok(4) and not header_ok(0):
+        raise mismatch  # a request behind a size prefix: the prefix is wrong
+    try:
+        return frame, decode(frame)
+    except KwireError as exc:
+        if size is not None and n >= 8:
+            try:
+                decode(frame[4:])
+            except KwireError:
+                pass
+            else:
+                raise mismatch from None  # the bytes after the prefix are a whole frame
+        raise exc
+
+
+class _SizeMismatch(Exception):
+    pass
 
 
 def _run_hex(args, renderer: Renderer) -> int:
@@ -89,11 +167,19 @@ def _run_hex(args, renderer: Renderer) -> int:
         frame = binascii.unhexlify(text)
     except (binascii.Error, ValueError) as exc:
         return _usage(f"--hex is not valid hex: {exc}")
+    api = None
     if args.response:
-        if args.api is None or args.version is None:
+        if not args.api or args.version is None:
             return _usage("--response needs --api and --version")
+        if len(args.api) > 1 or "," in args.api[0]:
+            return _usage("--response takes one --api")
         try:
-            api = P.api(int(args.api) if args.api.lstrip("-").isdigit() else args.api)
+            args.version = int(args.version)
+        except ValueError:
+            return _usage(f"--version {args.version!r}: give the response's version, a number")
+        name = args.api[0]
+        try:
+            api = P.api(int(name) if name.lstrip("-").isdigit() else name)
         except KwireError as exc:
             return _usage(str(exc))
     elif args.api is not None or args.version is not None:
@@ -101,48 +187,145 @@ def _run_hex(args, renderer: Renderer) -> int:
     event = {"kind": "request" if not args.response else "response", "ts": None,
              "to_broker": not args.response}
     try:
-        payload = P.strip_size_prefix(frame, size_prefix=None)
+        payload, rf = _decode_hex_frame(frame, args, api)
         event["size_bytes"] = len(payload) + 4
         if args.response:
-            rf = P.decode_response(api, args.version, payload, size_prefix=False)
             event.update(api=rf.api.name, api_key=rf.api.key, version=rf.version,
                          correlation_id=rf.correlation_id, body=rf.body)
         else:
-            rf = P.decode_request(payload, size_prefix=False)
             event.update(api=rf.api.name, api_key=rf.api.key, version=rf.version,
                          correlation_id=rf.correlation_id, client_id=rf.client_id, body=rf.body)
+    except _SizeMismatch as exc:
+        return _usage(str(exc))
     except KwireError as exc:
         pos = getattr(exc, "position", None)
         reason = f"{'response' if args.response else 'request'} cannot be decoded: {exc}"
         if pos is not None and "position" not in str(exc):
             reason += f" (decoder position {pos})"
-        renderer.write({"kind": "undecoded", "ts": None, "to_broker": not args.response, "data": frame,
-                        "size_bytes": len(frame), "reason": reason})
+        # The frame as decoded: with its 4-byte size prefix (one is added when it had none, so
+        # byte positions always count it).
+        prefixed = frame if len(frame) >= 4 and struct.unpack_from(">i", frame, 0)[0] == len(frame) - 4 \
+            else struct.pack(">i", len(frame)) + frame
+        payload = prefixed[4:]
+        part = (partial_response(api, args.version, payload) if args.response and
+                api.min_version <= args.version <= api.max_version else
+                None if args.response else partial_request(payload))
+        if part is not None and part.reason:  # the same failure, its position counted in the frame
+            reason = f"{'response' if args.response else 'request'} cannot be decoded: {part.reason}"
+        ev = {"kind": "undecoded", "ts": None, "to_broker": not args.response, "data": prefixed,
+              "size_bytes": len(prefixed), "reason": reason, "partial": part}
+        if part is not None:
+            ev.update(api=part.header.get("api") or (api.name if api else None),
+                      api_key=part.header.get("api_key", api.key if api else None),
+                      version=part.header.get("api_version", args.version),
+                      correlation_id=part.header.get("correlation_id"), client_id=part.header.get("client_id"))
+        renderer.write(ev)
         return EXIT_UNDECODED
     renderer.write(event)
     return EXIT_UNDECODED if renderer.problems else EXIT_OK
 
 
+def _filters(args):
+    from .select import Filters, parse_int_set
+
+    return Filters(apis=args.api or [], versions=parse_int_set(args.version, "--version") if args.version else None,
+                   corrs=parse_int_set(args.corr, "--corr") if args.corr else None,
+                   client_ids=args.client_id or [], brokers=args.broker or [], groups=args.group or [],
+                   topics=args.topic or [], errors=args.errors)
+
+
+class _Rewindable(io.RawIOBase):
+    """A pipe that can seek back over what was read until the reader has looked at the file
+    header (dpkt tries pcap, then seeks to 0 and tries pcapng)."""
+
+    def __init__(self, raw, keep: int = 1 << 16):
+        self.raw, self.head, self.pos, self.keep = raw, b"", 0, keep
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.pos < len(self.head):
+            chunk = self.head[self.pos:self.pos + len(b)]
+        else:
+            chunk = self.raw.read(len(b))
+            if len(self.head) < self.keep:
+                self.head += chunk
+        b[:len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if whence != 0 or offset > len(self.head):
+            raise io.UnsupportedOperation("a pipe can only rewind over its first bytes")
+        self.pos = offset
+        return offset
+
+    def tell(self) -> int:
+        return self.pos
+
+
+def _open_capture(path: str):
+    """The capture as a path or (for "-") a readable stream; a usage message when it cannot be."""
+    if path == "-":
+        return io.BufferedReader(_Rewindable(sys.stdin.buffer)), None
+    if os.path.isdir(path):
+        return None, f"{path}: is a directory; give one capture file (for several: for f in {path}/*.pcap*; do kwire decode \"$f\"; done)"
+    if not os.path.exists(path):
+        return None, f"{path}: no such file"
+    if not os.access(path, os.R_OK):
+        return None, f"{path}: not readable (permission denied)"
+    return path, None
+
+
 def _run_capture(args, renderer: Renderer) -> int:
     from .capture import CaptureError, decode_capture
+    from .select import topic_names_from
 
+    try:
+        filters = _filters(args)
+    except ValueError as exc:
+        return _usage(str(exc))
+    source, problem = _open_capture(args.capture)
+    if problem:
+        return _usage(problem)
     ports = args.port or [9092]
     try:
-        result = decode_capture(args.capture, ports=ports, auto_detect=args.auto)
-    except FileNotFoundError:
-        return _usage(f"{args.capture}: no such file")
+        result = decode_capture(source, ports=ports, auto_detect=args.auto)
     except CaptureError as exc:
         print(f"kwire decode: {exc}", file=sys.stderr)
         return EXIT_UNDECODED
-    for item in result.items:
-        renderer.write(item.to_event())
+    except OSError as exc:
+        return _usage(f"{args.capture}: {exc.strerror or exc}")
+    topic_names = topic_names_from(result.items)
+    filters.topic_names = topic_names
+    renderer.topic_names = topic_names
+    items = [i for i in result.items if filters.accepts(i)] if filters.active else result.items
+    if args.stats:
+        from .stats import capture_stats, stats_lines
+
+        stats = capture_stats(items, topic_names)
+        if args.format == "json":
+            renderer.stream.write(json.dumps(stats, ensure_ascii=False) + "\n")
+        else:
+            renderer.stream.write("\n".join(stats_lines(stats)) + "\n")
+    else:
+        for item in items:
+            renderer.write(item.to_event())
     s = result.stats
     problems = result.problems + renderer.problems
     summary = (f"{s['requests']} requests, {s['responses']} responses on {s['kafka_connections']} "
                f"Kafka connection(s) ({s['auto_detected']} auto-detected) in {s['packets']} packets; "
                f"{s['undecoded']} undecodable piece(s) ({s['undecoded_bytes']} bytes), {s['gaps']} gap(s)")
+    if s.get("tls_connections"):
+        summary += f", {s['tls_connections']} TLS connection(s) not decrypted"
     if renderer.problems:
         summary += f", {renderer.problems} record payload(s) that could not be decoded"
+    if filters.active:
+        summary += f"; {sum(1 for i in items if i.kind in ('request', 'response'))} frame(s) matched the filters"
     if args.format == "text":
         renderer.stream.write(f"-- {summary}\n")
     else:

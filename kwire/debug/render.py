@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from .._plan import T_ARRAY, T_RECORDS, T_STRUCT
 from ..errors import KwireError
 from ..protocol import api as P
-from ..protocol.error_codes import BY_CODE
+from .names import CONTROL_TYPE, TIMESTAMP_TYPE, Name, annotate, error_name, errors_in, name_key
 
 __all__ = ["Renderer", "RecordSet", "format_ts", "hexdump", "summarise_records", "to_json_event"]
 
@@ -58,8 +58,9 @@ def format_ts(ts: float | None, *, date: bool = False) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ") if date else t.strftime("%H:%M:%S.%f")
 
 
-def hexdump(data: bytes, *, indent: str = "", limit: int | None = None) -> list[str]:
-    """Offset, 16 bytes in hex (two groups of 8), and the printable ASCII of each line."""
+def hexdump(data: bytes, *, indent: str = "", limit: int | None = None, base: int = 0) -> list[str]:
+    """Offset (from ``base``), 16 bytes in hex (two groups of 8), and the printable ASCII of
+    each line."""
     shown = data if limit is None else data[:limit]
     lines = []
     for off in range(0, len(shown), 16):
@@ -68,7 +69,7 @@ def hexdump(data: bytes, *, indent: str = "", limit: int | None = None) -> list[
         if len(chunk) > 8:
             hx += "  " + " ".join(f"{b:02x}" for b in chunk[8:])
         text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{indent}{off:06x}  {hx:<48}  |{text}|")
+        lines.append(f"{indent}{base + off:06x}  {hx:<48}  |{text}|")
     if len(shown) < len(data):
         lines.append(f"{indent}... {len(data) - len(shown)} more bytes (all of them in --format json)")
     return lines
@@ -94,7 +95,8 @@ def _walk_entries(data: bytes) -> tuple[list[dict], int]:
     Entry: offset:int64 size:int32 then ``size`` bytes whose 5th (byte 16 of the entry) is the
     magic.  Magic 2 batch: ... attributes:int16 at 21, lastOffsetDelta:int32 at 23,
     recordsCount:int32 at 57.  Magic 0/1 message: attributes:int8 at 17.
-    Returns (entries, bytes of a partial entry at the end).
+    Returns (entries, bytes of a partial entry at the end); each entry knows its ``start`` and
+    ``end`` in ``data``.
     """
     out, pos, n = [], 0, len(data)
     while pos + 12 <= n:
@@ -106,13 +108,92 @@ def _walk_entries(data: bytes) -> tuple[list[dict], int]:
             attrs, last_delta = struct.unpack_from(">hi", data, pos + 21)
             count = struct.unpack_from(">i", data, pos + 57)[0]
             out.append({"base_offset": offset, "last_offset": offset + last_delta, "magic": 2,
-                        "compression": attrs & 7, "count": count, "control": bool(attrs & 0x20)})
+                        "compression": attrs & 7, "count": count, "control": bool(attrs & 0x20),
+                        "start": pos, "end": pos + 12 + size})
         else:
             attrs = data[pos + 17] if size >= 6 else 0
             out.append({"base_offset": offset, "last_offset": offset, "magic": magic,
-                        "compression": attrs & 7, "count": 1, "control": False})
+                        "compression": attrs & 7, "count": 1, "control": False,
+                        "start": pos, "end": pos + 12 + size})
         pos += 12 + size
     return out, n - pos
+
+
+# The header of a magic 2 batch (KIP-98), the fields --records full shows:
+#   baseOffset:int64 batchLength:int32 partitionLeaderEpoch:int32 magic:int8 crc:uint32
+#   attributes:int16 lastOffsetDelta:int32 baseTimestamp:int64 maxTimestamp:int64
+#   producerId:int64 producerEpoch:int16 baseSequence:int32 recordsCount:int32 records...
+# CRC-32C covers attributes to the end.  Attributes: bits 0-2 compression, 3 timestamp type
+# (1 = LogAppendTime), 4 transactional, 5 control.
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+# A magic 0/1 message: offset:int64 size:int32 crc:uint32 magic:int8 attributes:int8
+#   [timestamp:int64 if magic 1] key:bytes value:bytes; CRC-32 (zlib) covers magic to the end.
+_V1_HEADER = struct.Struct(">qiIbb")
+
+
+def _batch_header(raw: bytes, e: dict) -> dict:
+    """Every header field of one entry, with its CRC checked."""
+    start, end = e["start"], e["end"]
+    if e["magic"] == 2 and end - start >= _V2_HEADER.size:
+        (base, length, leader_epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, epoch, seq,
+         count) = _V2_HEADER.unpack_from(raw, start)
+        from crc32c import crc32c
+
+        actual = crc32c(raw[start + 21:end])
+        return {"base_offset": base, "last_offset_delta": last_delta, "last_offset": base + last_delta,
+                "magic": magic, "batch_length": length, "partition_leader_epoch": leader_epoch,
+                "crc": f"0x{crc:08x}", "crc_ok": actual == crc, "attributes": attrs,
+                "compression": _codec_name(attrs & 7),
+                "timestamp_type": TIMESTAMP_TYPE[(attrs >> 3) & 1],
+                "is_transactional": bool(attrs & 0x10), "is_control": bool(attrs & 0x20),
+                "base_timestamp": base_ts, "max_timestamp": max_ts, "producer_id": pid,
+                "producer_epoch": epoch, "base_sequence": seq, "records_count": count}
+    import zlib
+
+    base, length, crc, magic, attrs = _V1_HEADER.unpack_from(raw, start)
+    out = {"base_offset": base, "last_offset_delta": 0, "last_offset": base, "magic": magic,
+           "batch_length": length, "crc": f"0x{crc:08x}", "crc_ok": zlib.crc32(raw[start + 16:end]) == crc,
+           "attributes": attrs, "compression": _codec_name(attrs & 7),
+           "timestamp_type": TIMESTAMP_TYPE[(attrs >> 3) & 1] if magic == 1 else TIMESTAMP_TYPE[-1]}
+    if magic == 1 and end - start >= _V1_HEADER.size + 8:
+        out["timestamp"] = struct.unpack_from(">q", raw, start + _V1_HEADER.size)[0]
+    return out
+
+
+def _control(key) -> dict | None:
+    """A control record's key: version:int16 type:int16 (0 ABORT, 1 COMMIT)."""
+    if key is None or len(key) < 4:
+        return None
+    version, ctype = struct.unpack_from(">hh", key, 0)
+    return {"version": version, "type": CONTROL_TYPE.get(ctype, f"UNKNOWN_{ctype}")}
+
+
+def _full_batches(raw: bytes, entries: list[dict], iter_batches) -> list[dict]:
+    """Each entry's header, then its records (decoded without the CRC check, so a batch whose
+    CRC fails still shows what it holds, flagged by ``crc_ok``)."""
+    out = []
+    for e in entries:
+        b = _batch_header(raw, e)
+        try:
+            decoded = list(iter_batches(raw[e["start"]:e["end"]], check_crc=False))
+        except KwireError as exc:
+            pos = getattr(exc, "position", None)
+            b["error"] = f"{exc}" + (f" (at byte {e['start'] + pos} of the record set)" if pos is not None else "")
+            b["records"] = []
+            out.append(b)
+            continue
+        records = []
+        for batch in decoded:
+            for r in batch.records:
+                rec = {"offset": r.offset, "timestamp": r.timestamp,
+                       "timestamp_type": TIMESTAMP_TYPE.get(r.timestamp_type, str(r.timestamp_type)),
+                       "key": r.key, "value": r.value, "headers": [[k, v] for k, v in r.headers]}
+                if batch.is_control:
+                    rec["control"] = _control(r.key)
+                records.append(rec)
+        b["records"] = records
+        out.append(b)
+    return out
 
 
 def _codec_name(code) -> str:
@@ -150,20 +231,15 @@ def summarise_records(data, *, full: bool = False) -> RecordSet | None:
     except KwireError as exc:
         pos = getattr(exc, "position", None)
         summary["error"] = f"{exc}" + (f" (at byte {pos})" if pos is not None else "")
+        if full:  # every batch's header, and the records of those that decode
+            summary["contents"] = _full_batches(raw, entries, iter_batches)
         return summary
     summary.update(batches=len(batches), records=sum(len(b.records) for b in batches),
                    first_offset=batches[0].base_offset if batches else None,
                    last_offset=batches[-1].last_offset if batches else None,
                    compression=",".join(sorted({_codec_name(b.compression) for b in batches})) or None)
     if full:
-        summary["contents"] = [{
-            "base_offset": b.base_offset, "last_offset": b.last_offset, "magic": b.magic,
-            "compression": _codec_name(b.compression), "producer_id": b.producer_id,
-            "producer_epoch": b.producer_epoch, "base_sequence": b.base_sequence,
-            "is_transactional": bool(b.is_transactional), "is_control": bool(b.is_control),
-            "records": [{"offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value,
-                         "headers": [[k, v] for k, v in r.headers]} for r in b.records],
-        } for b in batches]
+        summary["contents"] = _full_batches(raw, entries, iter_batches)
     return summary
 
 
@@ -211,15 +287,19 @@ def _with_records_by_name(value: Any, full: bool) -> Any:
 _SASL_AUTHENTICATE_KEY = 36
 
 
-def prepare_body(event: dict, records: str = "summary") -> Any:
-    body = event.get("body")
+def prepare_body(event: dict, records: str = "summary", topic_names: dict | None = None,
+                 body: Any = None) -> Any:
+    """The body as shown: credentials redacted, record sets summarised (or decoded in full),
+    names beside the numbers (:func:`kwire.debug.names.annotate`)."""
+    body = event.get("body") if body is None else body
     if not isinstance(body, dict):
         return body
     if event.get("api_key") == _SASL_AUTHENTICATE_KEY and isinstance(body.get("auth_bytes"), (bytes, bytearray)):
         body = dict(body, auth_bytes=f"<redacted: {len(body['auth_bytes'])} bytes>")
     plan = _plan_for(event)
     full = records == "full"
-    return _with_records(body, plan, full) if plan is not None else _with_records_by_name(body, full)
+    body = _with_records(body, plan, full) if plan is not None else _with_records_by_name(body, full)
+    return annotate(body, event.get("api_key"), event.get("kind"), topic_names)
 
 
 class Embedded:
@@ -284,26 +364,53 @@ def _direction(event: dict) -> str | None:
     return None if tb is None else ("client->broker" if tb else "broker->client")
 
 
-def to_json_event(event: dict, records: str = "summary", body: Any = None) -> dict:
-    """The JSON object for one event (keys in a fixed order)."""
+def error_counts(body: Any) -> dict:
+    """{error name: how many times} of the non-zero error codes anywhere in a body."""
+    out: dict = {}
+    for code in errors_in(body):
+        name = error_name(code)
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def _partial_json(partial) -> dict:
+    return {"header": P.to_jsonable(partial.header),
+            "body": P.to_jsonable(partial.body) if partial.body is not None else None,
+            "complete": partial.complete, "reason": partial.reason, "path": partial.path or None,
+            "position": partial.position}
+
+
+def to_json_event(event: dict, records: str = "summary", body: Any = None, *, summary: bool = False,
+                  topic_names: dict | None = None) -> dict:
+    """The JSON object for one event (keys in a fixed order).  ``summary``: without the body."""
     kind = event.get("kind")
     out = {
-        "time": format_ts(event.get("ts"), date=True), "ts": event.get("ts"), "kind": kind,
-        "direction": _direction(event), "client": event.get("client"), "broker": event.get("broker"),
-        "node_id": event.get("node_id"), "connection": event.get("connection"),
+        "time": format_ts(event.get("ts"), date=True), "ts": event.get("ts"), "packet": event.get("packet"),
+        "kind": kind, "direction": _direction(event), "client": event.get("client"),
+        "broker": event.get("broker"), "node_id": event.get("node_id"), "connection": event.get("connection"),
         "api": event.get("api"), "api_key": event.get("api_key"), "version": event.get("version"),
         "correlation_id": event.get("correlation_id"), "size_bytes": event.get("size_bytes"),
         "rtt_ms": event.get("rtt_ms"),
     }
-    if kind == "request":
+    if kind in ("request", "response", "undecoded"):
         out["client_id"] = event.get("client_id")
     if kind in ("request", "response"):
-        out["body"] = P.to_jsonable(prepare_body(event, records) if body is None else body)
+        b = prepare_body(event, records, topic_names) if body is None else body
+        out["errors"] = error_counts(b)
+        if not summary:
+            out["body"] = P.to_jsonable(b)
     else:
+        partial = event.get("partial")
+        if partial is not None and partial.body is not None:
+            out["errors"] = error_counts(partial.body)
         out["reason"] = event.get("reason")
         out["offset"] = event.get("offset")
-        if event.get("data") is not None:
-            out["hex"] = bytes(event["data"]).hex()
+        if not summary:
+            if partial is not None:
+                pbody = prepare_body(event, records, topic_names, body=partial.body) if partial.body else None
+                out["partial"] = dict(_partial_json(partial), body=P.to_jsonable(pbody))
+            if event.get("data") is not None:
+                out["hex"] = bytes(event["data"]).hex()
     return out
 
 
@@ -365,19 +472,43 @@ def _records_line(rs: RecordSet) -> str:
     return ", ".join(parts)
 
 
+def _ts_text(ms) -> str:
+    if not isinstance(ms, int) or ms < 0:
+        return str(ms)
+    return format_ts(ms / 1000.0, date=True)
+
+
 def _records_lines(rs: RecordSet, pad: str) -> list[str]:
     out = []
     for b in rs.get("contents", ()):
-        flags = [b["compression"]]
-        if b["is_transactional"]:
+        flags = [f"magic {b['magic']}", b["compression"]]
+        if b.get("is_transactional"):
             flags.append("transactional")
-        if b["is_control"]:
+        if b.get("is_control"):
             flags.append("control")
-        out.append(f"{pad}batch offsets {b['base_offset']}-{b['last_offset']}, "
-                   f"{_plural(len(b['records']), 'record')}, {', '.join(flags)}, producer {b['producer_id']}")
+        line = (f"{pad}batch offsets {b['base_offset']}-{b['last_offset']}, "
+                f"{_plural(len(b['records']), 'record')}, {', '.join(flags)}")
+        if b["magic"] == 2:
+            line += (f", producer {b['producer_id']} epoch {b['producer_epoch']} seq {b['base_sequence']}"
+                     f", leader epoch {b['partition_leader_epoch']}")
+        line += f", crc {b['crc']} {'ok' if b['crc_ok'] else 'MISMATCH'}"
+        out.append(line)
+        if b["magic"] == 2:
+            out.append(f"{pad}  {b['timestamp_type']} base {_ts_text(b['base_timestamp'])} max "
+                       f"{_ts_text(b['max_timestamp'])}, attributes 0x{b['attributes']:04x}, "
+                       f"last offset delta {b['last_offset_delta']}, {b['records_count']} in header, "
+                       f"length {b['batch_length']} B")
+        else:
+            out.append(f"{pad}  {b['timestamp_type']}"
+                       + (f" {_ts_text(b['timestamp'])}" if "timestamp" in b else "")
+                       + f", attributes 0x{b['attributes']:02x}, length {b['batch_length']} B")
+        if b.get("error"):
+            out.append(f"{pad}  CANNOT DECODE: {b['error']}")
         for r in b["records"]:
-            line = (f"{pad}  offset {r['offset']}  ts {format_ts(r['timestamp'] / 1000.0, date=True)}"
+            line = (f"{pad}  offset {r['offset']}  ts {_ts_text(r['timestamp'])}"
                     f"  key {_data_text(r['key'])}  value {_data_text(r['value'])}")
+            if r.get("control"):
+                line += f"  control {r['control']['type']} v{r['control']['version']}"
             if r["headers"]:
                 line += "  headers " + ", ".join(f"{json.dumps(k, ensure_ascii=False)}={_data_text(v)}"
                                                  for k, v in r["headers"])
@@ -389,26 +520,40 @@ def _is_scalar(v: Any) -> bool:
     return not isinstance(v, (dict, list, Embedded)) or isinstance(v, RecordSet)
 
 
+def _fields(value: dict):
+    """(key, value, name) of a dict's fields: the names annotate() added are folded into the
+    field they name (``acks: -1 (ALL)``), not shown as fields of their own."""
+    for k, v in value.items():
+        if isinstance(v, Name):
+            continue
+        name = value.get(name_key(str(k)))
+        yield str(k), v, (name if isinstance(name, Name) and not name.quiet else None)
+
+
 def tree_lines(value: Any, indent: int = 2) -> list[str]:
     """A decoded body as an indented tree, one field per line."""
     pad = " " * indent
     out: list[str] = []
     if not isinstance(value, dict):
         return [pad + _scalar(value)]
-    for k, v in value.items():
-        out.extend(_field_lines(str(k), v, indent))
+    for k, v, name in _fields(value):
+        out.extend(_field_lines(k, v, indent, name))
     return out
+
+
+def _named_scalar(v: Any, name: str | None) -> str:
+    return _scalar(v) + (f" ({name})" if name else "")
 
 
 def _inline(v: dict) -> str | None:
     """A small struct of scalars on one line: ``{epoch: -1, end_offset: -1}``."""
     if not all(_is_scalar(x) and not isinstance(x, RecordSet) for x in v.values()):
         return None
-    text = "{" + ", ".join(f"{k}: {_scalar(x)}" for k, x in v.items()) + "}"
+    text = "{" + ", ".join(f"{k}: {_named_scalar(x, name)}" for k, x, name in _fields(v)) + "}"
     return text if len(text) <= INLINE_WIDTH else None
 
 
-def _field_lines(k: str, v: Any, indent: int) -> list[str]:
+def _field_lines(k: str, v: Any, indent: int, name: str | None = None) -> list[str]:
     pad = " " * indent
     if isinstance(v, RecordSet):
         return [f"{pad}{k}: {_records_line(v)}", *_records_lines(v, pad + "  ")]
@@ -435,10 +580,7 @@ def _field_lines(k: str, v: Any, indent: int) -> list[str]:
             lines.append(f"{pad}  - " + sub[0][indent + 4:])
             lines.extend(sub[1:])
         return lines
-    if k == "error_code" and isinstance(v, int) and v != 0:  # name the error, as people look it up
-        entry = BY_CODE.get(v)
-        return [f"{pad}{k}: {v} ({entry[1] if entry else 'unknown error code'})"]
-    return [f"{pad}{k}: {_scalar(v)}"]
+    return [f"{pad}{k}: {_named_scalar(v, name)}"]
 
 
 def _route(event: dict) -> str:
@@ -455,6 +597,8 @@ def _route(event: dict) -> str:
 def header_line(event: dict) -> str:
     kind = event.get("kind")
     parts = [format_ts(event["ts"])] if event.get("ts") is not None else []
+    if event.get("packet") is not None:
+        parts.append(f"#{event['packet']}")
     route = _route(event)
     if route:
         parts.append(route)
@@ -472,6 +616,8 @@ def header_line(event: dict) -> str:
             parts.append(f"corr={event['correlation_id']}")
     elif kind == "gap":
         parts.append("GAP")
+    elif kind == "tls":
+        parts.append("TLS")
     else:
         parts.append("NOTE")
     if event.get("size_bytes") is not None and kind != "gap":
@@ -483,19 +629,83 @@ def header_line(event: dict) -> str:
     return "  ".join(parts)
 
 
-def text_lines(event: dict, records: str = "summary", body: Any = None) -> list[str]:
+def _errors_text(counts: dict) -> str:
+    return ", ".join(name if n == 1 else f"{name}×{n}" for name, n in counts.items())
+
+
+def summary_line(event: dict, records: str = "summary", body: Any = None,
+                 topic_names: dict | None = None) -> str:
+    """One line per event: time, packet, route, client id, api/version, corr, size, rtt, and
+    the names of the errors the body carries (or why it did not decode)."""
+    kind = event.get("kind")
+    parts = [format_ts(event["ts"])] if event.get("ts") is not None else []
+    if event.get("packet") is not None:
+        parts.append(f"#{event['packet']}")
+    route = _route(event)
+    if route:
+        parts.append(route)
+    if event.get("client_id") is not None:
+        parts.append(json.dumps(event["client_id"], ensure_ascii=False))
+    if kind in ("request", "response"):
+        parts.append(f"{event.get('api')} v{event.get('version')}")
+    elif kind == "undecoded":
+        label = "UNDECODED"
+        if event.get("api") or event.get("api_key") is not None:
+            label += f" {event.get('api') or 'api ' + str(event.get('api_key'))} v{event.get('version')}"
+        parts.append(label)
+    else:
+        parts.append({"gap": "GAP", "tls": "TLS"}.get(kind, "NOTE"))
+    if event.get("correlation_id") is not None:
+        parts.append(f"corr={event['correlation_id']}")
+    if event.get("size_bytes") is not None:
+        parts.append(f"{event['size_bytes']} B")
+    if event.get("rtt_ms") is not None:
+        parts.append(f"rtt={event['rtt_ms']:.3f} ms")
+    if kind in ("request", "response"):
+        b = prepare_body(event, records, topic_names) if body is None else body
+        errors = error_counts(b)
+        if errors:
+            parts.append(_errors_text(errors))
+    elif event.get("reason"):
+        parts.append(("why: " if kind == "undecoded" else "") + event["reason"])
+    return "  ".join(parts)
+
+
+def _partial_lines(event: dict, records: str, topic_names: dict | None) -> list[str]:
+    """What a frame that did not decode still says, where decoding stopped, and the bytes from
+    there on."""
+    partial = event["partial"]
+    lines = ["  decoded before the failure:" if not partial.complete else "  decoded:"]
+    lines.extend(tree_lines(dict(partial.header), indent=4))
+    if partial.body:
+        body = prepare_body(event, records, topic_names, body=partial.body)
+        lines.extend(tree_lines(_consumer_payloads(event, body), indent=4))
+    lines.append(f"  stopped: {partial.describe()}")
+    data = event.get("data")
+    if data is not None:
+        rest = bytes(data)[partial.position:]
+        if rest:
+            lines.append(f"  the rest, from byte {partial.position}:")
+            lines.extend(hexdump(rest, indent="    ", limit=TEXT_HEX_LIMIT, base=partial.position))
+    return lines
+
+
+def text_lines(event: dict, records: str = "summary", body: Any = None,
+               topic_names: dict | None = None) -> list[str]:
     """The text rendering of one event, as lines (no trailing newline)."""
     kind = event.get("kind")
     lines = [header_line(event)]
     if kind in ("request", "response"):
-        b = prepare_body(event, records) if body is None else body
+        b = prepare_body(event, records, topic_names) if body is None else body
         if isinstance(b, dict):
             b = _consumer_payloads(event, b)
         lines.extend(tree_lines(b) if isinstance(b, dict) else ([] if b is None else ["  " + _scalar(b)]))
     else:
         if event.get("reason"):
             lines.append(f"  {'why' if kind == 'undecoded' else 'what'}: {event['reason']}")
-        if event.get("data") is not None:
+        if event.get("partial") is not None:
+            lines.extend(_partial_lines(event, records, topic_names))
+        elif event.get("data") is not None:
             lines.extend(hexdump(bytes(event["data"]), indent="    ", limit=TEXT_HEX_LIMIT))
     return lines
 
@@ -511,13 +721,15 @@ class Renderer:
     """
 
     def __init__(self, format: str = "text", records: str = "summary", *, stream: TextIO | None = None,
-                 color: bool | None = None):
+                 color: bool | None = None, summary: bool = False, topic_names: dict | None = None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
         if records not in RECORD_MODES:
             raise ValueError(f"records must be one of {RECORD_MODES}, not {records!r}")
         self.format = format
         self.records = records
+        self.summary = summary  # one line per event, without bodies
+        self.topic_names = topic_names if topic_names is not None else {}  # topic id -> name
         self.stream = stream if stream is not None else sys.stdout
         if color is None:
             isatty = getattr(self.stream, "isatty", None)
@@ -532,15 +744,18 @@ class Renderer:
         final newline."""
         body = None
         if event.get("kind") in ("request", "response"):
-            body = prepare_body(event, self.records)
+            body = prepare_body(event, self.records, self.topic_names)
             found = _record_problems(body)
             if found:
                 self.problems += len(found)
                 self.problem_notes.extend(found)
         if self.format == "json":
-            return json.dumps(to_json_event(event, self.records, body), ensure_ascii=False,
-                              separators=(", ", ": "))
-        return "\n".join(text_lines(event, self.records, body))
+            return json.dumps(to_json_event(event, self.records, body, summary=self.summary,
+                                            topic_names=self.topic_names),
+                              ensure_ascii=False, separators=(", ", ": "))
+        if self.summary:
+            return summary_line(event, self.records, body, self.topic_names)
+        return "\n".join(text_lines(event, self.records, body, self.topic_names))
 
     def write(self, event: dict) -> None:
         text = self.render(event)
@@ -560,7 +775,7 @@ class Renderer:
         head, *rest = text.split("\n")
         kind = event.get("kind")
         style = {"request": "bold cyan", "response": "bold green", "undecoded": "bold red",
-                 "gap": "bold red", "note": "yellow"}.get(kind, "")
+                 "gap": "bold red", "tls": "bold red", "note": "yellow"}.get(kind, "")
         self._console.print(Text(head, style=style))
         for line in rest:
             self._console.print(self._highlight(Text(line)))
