@@ -1,0 +1,63 @@
+"""confluent-kafka's API over kwire: ``import kwire.confluent as confluent_kafka``.
+
+A thin adapter: ``Consumer`` / ``Producer`` / ``admin.AdminClient`` wrap one kwire Consumer,
+Producer or Admin each and convert at the edges (records to :class:`Message`, kwire's errors to
+:class:`KafkaError` / :class:`KafkaException`, callbacks to confluent's signatures).  Nothing of
+it runs unless imported; kwire's own API is unchanged.
+
+What differs from confluent-kafka, and why:
+
+* ``KafkaError`` is a real exception class (a subclass of ``KafkaException`` whose ``args[0]``
+  is itself); confluent-kafka's is an object the C extension can raise.
+* The default partitioner is kwire's (Java's murmur2_random), not librdkafka's
+  consistent_random: set ``partitioner=consistent_random`` to place keys as confluent-kafka does.
+* Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
+  them with the reason); ``group.protocol=consumer`` (KIP-848) and transactions are refused.
+* ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).
+* Not provided: the serializing/deserializing clients and schema registry, ``purge()``,
+  ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and
+  admin operations kwire's Admin lacks (they raise ``_NOT_IMPLEMENTED``).
+"""
+from __future__ import annotations
+
+from .. import __version__ as _kwire_version
+from ._types import (OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
+                     TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
+                     KafkaError, KafkaException, Message, TopicPartition)
+from .consumer import Consumer
+from .producer import Producer
+
+__all__ = ["Consumer", "Producer", "Message", "KafkaError", "KafkaException", "TopicPartition",
+           "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
+           "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
+           "version", "libversion", "admin"]
+
+
+def _version_int(v: str) -> int:
+    parts = [int(p) for p in v.split(".")[:3]] + [0, 0, 0]
+    return (parts[0] << 24) | (parts[1] << 16) | (parts[2] << 8) | 0xff
+
+
+def version() -> tuple[str, int]:
+    """(kwire's version string, as an int 0xMMmmrrxx), in the shape of confluent-kafka's."""
+    return (_kwire_version, _version_int(_kwire_version))
+
+
+# The librdkafka release whose client behaviour the adapter follows (confluent-kafka 2.16.1
+# bundles it); programs gate features on libversion()[1], so it is reported as the number.
+_FOLLOWS_LIBRDKAFKA = "2.16.0"
+
+
+def libversion() -> tuple[str, int]:
+    """There is no librdkafka: ``("kwire-<version> (librdkafka 2.16.0 API)", 0x021000ff)`` --
+    the number is the librdkafka release whose behaviour the adapter follows, so that version
+    checks in programs pass; the string says it is kwire."""
+    return (f"kwire-{_kwire_version} (librdkafka {_FOLLOWS_LIBRDKAFKA} API)",
+            _version_int(_FOLLOWS_LIBRDKAFKA))
+
+
+def __getattr__(name):
+    if name == "admin":
+        from . import admin
+        return admin
+    raise AttributeError(f"module 'kwire.confluent' has no attribute {name!r}")

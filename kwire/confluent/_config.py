@@ -1,0 +1,129 @@
+"""confluent-kafka configuration dicts -> kwire configuration.
+
+kwire's own table (:mod:`kwire.config`) already takes librdkafka's names for what it implements.
+This module handles the rest of what confluent-kafka programs commonly pass:
+
+* keys the adapter implements itself (callbacks, statistics, ``log_level``);
+* keys that only tune librdkafka's internals, which kwire has no counterpart for: accepted and
+  ignored (:data:`NO_OPS`, each with the reason);
+* ``group.protocol``: ``classic`` is what kwire speaks; ``consumer`` (KIP-848) is refused.
+
+Anything else unknown is refused as confluent-kafka refuses it: KafkaException(_INVALID_ARG).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import _BY_NAME
+from ..errors import ConfigError
+from ._types import KafkaError, KafkaException
+
+# Accepted and ignored: they tune librdkafka's internals, which kwire does not have.
+NO_OPS: dict[str, str] = {
+    "queued.min.messages": "librdkafka's per-partition prefetch queue; kwire bounds prefetch by "
+                           "queued.max.messages.kbytes",
+    "fetch.queue.backoff.ms": "librdkafka's back-off when its prefetch queue is full; kwire "
+                              "fetches again as soon as the application frees buffer space",
+    "fetch.error.backoff.ms": "kwire backs off failed fetches by retry.backoff.ms",
+    "socket.keepalive.enable": "kwire's sockets use the OS defaults",
+    "socket.nagle.disable": "kwire always sets TCP_NODELAY",
+    "socket.send.buffer.bytes": "kwire's sockets use the OS defaults",
+    "socket.receive.buffer.bytes": "kwire's sockets use the OS defaults",
+    "broker.address.family": "kwire connects to whatever address the name resolves to",
+    "enable.metrics.push": "KIP-714 client metrics are not sent",
+    "api.version.request": "kwire always negotiates API versions (ApiVersions)",
+    "api.version.request.timeout.ms": "ApiVersions is bounded by socket.connection.setup.timeout.ms",
+    "api.version.fallback.ms": "kwire always negotiates API versions",
+    "broker.version.fallback": "kwire always negotiates API versions",
+    "log.connection.close": "connection closes are logged at DEBUG on the kwire loggers",
+    "log.queue": "callbacks run in the application thread already",
+    "log.thread.name": "kwire's log records carry the thread name",
+    "enable.sparse.connections": "kwire connects to a broker only when it needs one",
+    "topic.metadata.refresh.sparse": "kwire refreshes only the topics it uses",
+    "topic.metadata.refresh.interval.ms": "kwire refreshes by metadata.max.age.ms and on errors",
+    "topic.metadata.refresh.fast.interval.ms": "kwire refreshes by retry.backoff.ms on errors",
+    "topic.metadata.propagation.max.ms": "kwire waits up to 30 s for a new topic's metadata",
+    "coordinator.query.interval.ms": "kwire looks the coordinator up again when it moves",
+    "client.dns.lookup": "kwire resolves each name when it connects",
+    "connections.max.idle.ms": "idle connections stay open",
+    "max.in.flight.requests.per.connection": "kwire sends one batch per partition at a time",
+    "max.in.flight": "kwire sends one batch per partition at a time",
+    "queue.buffering.max.kbytes": "kwire bounds the producer by queue.buffering.max.messages",
+    "queue.buffering.backpressure.threshold": "librdkafka internals",
+    "sticky.partitioning.linger.ms": "kwire switches null-key partitions when a batch is sent",
+    "compression.level": "kwire uses each codec's default level",
+    "message.copy.max.bytes": "librdkafka internals",
+    "retry.backoff.max.ms": "kwire backs off by retry.backoff.ms",
+    "builtin.features": "informational in librdkafka",
+    "internal.termination.signal": "librdkafka internals",
+    "plugin.library.paths": "librdkafka plugins do not apply",
+    "open_cb": "librdkafka internals",
+    "socket_cb": "librdkafka internals",
+    "connect_cb": "librdkafka internals",
+    "closesocket_cb": "librdkafka internals",
+    "background_event_cb": "librdkafka internals",
+    "check.crcs.interval": "librdkafka internals",
+    "max.poll.records": "poll() returns one message and consume(n) up to n, whatever it says",
+    "throttle_cb": "broker throttling is honoured by kwire but not reported",
+    "auto.commit.enable": "alias kept by librdkafka for topic configs; use enable.auto.commit",
+    "offset.store.method": "offsets are always stored in the broker",
+}
+
+# Implemented by the adapter (the Consumer/Producer classes read them from ``extra``).
+ADAPTER_KEYS = ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "stats_cb",
+                "statistics.interval.ms", "log_level", "group.protocol", "logger")
+
+
+def _invalid(text: str) -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._INVALID_ARG, text))
+
+
+def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
+    """(kwire configuration, adapter keys) from a confluent-kafka ``conf`` dict and keyword
+    arguments (confluent-kafka accepts ``Consumer(conf, logger=...)``)."""
+    if conf is None and not kwargs:
+        raise TypeError("expected configuration dict")
+    if conf is not None and not isinstance(conf, dict):
+        raise TypeError("expected configuration dict")
+    merged: dict = dict(conf or {})
+    merged.update(kwargs)
+    dtc = merged.pop("default.topic.config", None)  # librdkafka's old nested topic config
+    if dtc:
+        for k, v in dict(dtc).items():
+            merged.setdefault(k, v)
+    kconf: dict = {}
+    extra: dict = {}
+    for k, v in merged.items():
+        if not isinstance(k, str):
+            raise TypeError("expected configuration property name as type str")
+        if k in ADAPTER_KEYS:
+            extra[k] = v
+        elif k in NO_OPS:
+            continue
+        elif k in _BY_NAME:
+            kconf[k] = v
+        else:
+            raise _invalid(f'No such configuration property: "{k}"')
+    gp = str(extra.get("group.protocol", "classic")).lower()
+    if gp != "classic":
+        raise _invalid(f'Invalid value "{extra["group.protocol"]}" for configuration property '
+                       '"group.protocol": kwire implements the classic group protocol only '
+                       "(KIP-848's consumer protocol is not supported)")
+    for name in ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "stats_cb"):
+        if extra.get(name) is not None and not callable(extra[name]):
+            raise TypeError(f"expected {name} property as a callable function")
+    if "statistics.interval.ms" in extra:
+        try:
+            ms = int(extra["statistics.interval.ms"])
+        except (TypeError, ValueError):
+            raise _invalid('Invalid value for configuration property "statistics.interval.ms"') from None
+        if not 0 <= ms <= 86_400_000:
+            raise _invalid('Invalid value for configuration property "statistics.interval.ms"')
+        extra["statistics.interval.ms"] = ms
+    if "logger" in extra:
+        kconf["logger"] = extra["logger"]
+    return kconf, extra
+
+
+def config_error(exc: ConfigError) -> KafkaException:
+    return _invalid(str(exc))

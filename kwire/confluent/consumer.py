@@ -1,0 +1,400 @@
+"""confluent-kafka's Consumer over :class:`kwire.Consumer`.
+
+One kwire Consumer does the work; this class converts at the edges: records become
+:class:`Message` wrappers (one small object per record, no field copied), kwire's events and
+exceptions become error messages and KafkaExceptions, callbacks get confluent's types.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from ..consumer import Consumer as _KConsumer
+from ..consumer.consumer import PartitionEOF as _EOF
+from ..errors import ConfigError, KwireError
+from ..net.connection import ConnState
+from ._config import config_error, split_config
+from ._stats import Stats
+from ._types import (KafkaError, KafkaException, Message, TopicPartition, _event, _tp, _tps, _wrap,
+                     to_kafka_error, to_kafka_exception)
+
+log = logging.getLogger("kwire.confluent")
+
+_CHECK_EVERY_S = 1.0  # unknown topics / all brokers down are looked for at most this often
+
+
+def _ck_timeout(timeout):
+    """confluent-kafka: None or -1 wait forever."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
+        raise TypeError("timeout must be a number")
+    return None if timeout < 0 else timeout
+
+
+class Consumer:
+    """confluent-kafka's ``Consumer(conf)`` (or ``Consumer(**conf)``) over kwire.
+
+    ``poll()`` returns a :class:`Message` or None; error messages (``msg.error()`` not None)
+    carry ``_PARTITION_EOF`` (with ``enable.partition.eof``), ``UNKNOWN_TOPIC_OR_PART`` for a
+    subscribed topic the cluster does not have, and consumer errors kwire raises.  Every method
+    raises ``RuntimeError("Consumer closed")`` after close().
+    """
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > 1:
+            raise TypeError("expected configuration dict")
+        conf = args[0] if args else None
+        kconf, extra = split_config(conf, kwargs, "consumer")
+        if not kconf.get("group.id"):
+            raise ValueError("Failed to create consumer: group.id must be set")
+        self._error_cb = extra.get("error_cb")
+        user_on_commit = extra.get("on_commit")
+        if self._error_cb is not None:
+            kconf["error_cb"] = self._on_error
+        if user_on_commit is not None:
+            kconf["on_commit"] = lambda err, parts: user_on_commit(to_kafka_error(err), _tps(parts))
+        kconf.pop("logger", None)
+        self._logger = extra.get("logger")
+        try:
+            self._c = _KConsumer(kconf)
+        except ConfigError as exc:
+            raise config_error(exc) from None
+        self._closed = False
+        self._topics: list = []
+        self._reported_missing: set = set()
+        self._next_check = 0.0
+        self._all_down = False
+        self._on_assign = self._on_revoke = self._on_lost = None
+        self._stats = Stats.maybe(extra, self, "consumer")
+        if self._logger is not None:
+            self._log_handler = _forward_logs(self._logger, extra.get("log_level"))
+
+    # --- records ------------------------------------------------------------------------------
+
+    def poll(self, timeout=None):
+        """The next Message (or error/event Message), or None after ``timeout`` seconds (None or
+        -1: wait until there is one)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        t = _ck_timeout(timeout)
+        if t is None:
+            while True:  # in slices, so unknown topics / brokers down are reported meanwhile
+                m = self._poll(1.0)
+                if m is not None:
+                    return m
+        return self._poll(t)
+
+    def _poll(self, timeout):
+        try:
+            r = self._c.poll(timeout)
+        except KwireError as exc:
+            return self._error_message(exc)
+        if r is not None:
+            if type(r) is _EOF:
+                return self._eof(r)
+            m = Message.__new__(Message)
+            m._r = r
+            m._f = None
+            return m
+        return self._idle()
+
+    def consume(self, num_messages=1, timeout=-1):
+        """Up to ``num_messages`` Messages: waits up to ``timeout`` seconds (-1 / None: until
+        there is one) and returns what arrived."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        if isinstance(num_messages, bool) or not isinstance(num_messages, int):
+            raise TypeError("num_messages must be an int")
+        if num_messages < 0 or num_messages > 1_000_000:
+            raise ValueError("num_messages must be between 0 and 1000000 (1M)")
+        t = _ck_timeout(timeout)
+        deadline = None if t is None else time.monotonic() + t
+        while True:
+            left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            try:
+                recs = self._c.consume(num_messages, left)
+            except KwireError as exc:
+                return [self._error_message(exc)]
+            if recs:
+                if type(recs[0]) is _EOF:
+                    return [self._eof(recs[0])]
+                return list(map(_wrap, recs))
+            ev = self._idle()
+            if ev is not None:
+                return [ev]
+            if num_messages == 0 or (deadline is not None and time.monotonic() >= deadline):
+                return []
+
+    def _eof(self, e) -> Message:
+        return _event(e.topic, e.partition, e.offset, KafkaError(
+            KafkaError._PARTITION_EOF,
+            f"Fetch from broker reached end of partition at offset {e.offset} "
+            f"(HighwaterMark {e.offset})"))
+
+    def _error_message(self, exc: BaseException) -> Message:
+        err = to_kafka_error(exc)
+        parts = getattr(exc, "partitions", None) or []
+        topic = partition = None
+        if parts:
+            topic, partition = parts[0] if isinstance(parts[0], tuple) else (parts[0].topic, parts[0].partition)
+        return _event(topic, partition, None, err)
+
+    def _idle(self):
+        """Between records: report subscribed topics the cluster lacks (as an error message, once
+        per topic) and all brokers down (to error_cb), at most once a second."""
+        now = time.monotonic()
+        if self._stats is not None:
+            self._stats.maybe_emit(now)
+        if now < self._next_check:
+            return None
+        self._next_check = now + _CHECK_EVERY_S
+        self._check_brokers()
+        md = self._c._md
+        if self._topics and md.updated_ms >= 0:
+            for t in self._topics:
+                if t.startswith("^"):
+                    continue
+                if md.partitions_for(t) is None:
+                    if t not in self._reported_missing:
+                        self._reported_missing.add(t)
+                        return _event(t, None, None, KafkaError(
+                            KafkaError.UNKNOWN_TOPIC_OR_PART,
+                            f"Subscribed topic not available: {t}: Broker: Unknown topic or partition"))
+                else:
+                    self._reported_missing.discard(t)
+        return None
+
+    def _check_brokers(self) -> None:
+        conns = list(self._c._net._conns.values())
+        down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
+        if down and not self._all_down:
+            self._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN,
+                                      f"{len(conns)}/{len(conns)} brokers are down"))
+        self._all_down = down
+
+    def _on_error(self, err) -> None:
+        err = to_kafka_error(err)
+        if self._error_cb is not None:
+            self._error_cb(err)
+        else:
+            log.warning("consumer error: %s", err)
+
+    # --- group and assignment ---------------------------------------------------------------
+
+    def _wrap_cb(self, cb):
+        if cb is None:
+            return None
+        return lambda _c, parts: cb(self, [TopicPartition(p.topic, p.partition) for p in parts])
+
+    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None):
+        self._check()
+        if not isinstance(topics, list):
+            raise TypeError("expected list of topic unicode strings")
+        for cb in (on_assign, on_revoke, on_lost):
+            if cb is not None and not callable(cb):
+                raise TypeError("expected callable")
+        self._topics = list(topics)
+        self._reported_missing.clear()
+        self._next_check = 0.0
+        try:
+            self._c.subscribe(topics, on_assign=self._wrap_cb(on_assign),
+                              on_revoke=self._wrap_cb(on_revoke), on_lost=self._wrap_cb(on_lost))
+        except KwireError as exc:
+            raise to_kafka_exception(exc) from None
+
+    def unsubscribe(self):
+        self._check()
+        self._topics = []
+        self._call(self._c.unsubscribe)
+
+    def assign(self, partitions):
+        self._check()
+        self._call(self._c.assign, _in(partitions))
+
+    def incremental_assign(self, partitions):
+        self._check()
+        self._call(self._c.incremental_assign, _in(partitions))
+
+    def unassign(self):
+        self._check()
+        self._call(self._c.unassign)
+
+    def incremental_unassign(self, partitions):
+        self._check()
+        self._call(self._c.incremental_unassign, _in(partitions))
+
+    def assignment(self):
+        self._check()
+        return _tps(self._c.assignment())
+
+    # --- offsets ----------------------------------------------------------------------------------
+
+    def commit(self, message=None, offsets=None, asynchronous=True, **kwargs):
+        """Commit the position after ``message``, ``offsets``, or every consumed position.
+        Synchronous: returns the committed TopicPartitions or raises KafkaException."""
+        self._check()
+        if "async" in kwargs:  # confluent-kafka's spelling before Python 3.7
+            asynchronous = kwargs.pop("async")
+        if kwargs:
+            raise TypeError(f"unexpected keyword arguments {sorted(kwargs)}")
+        if message is not None and offsets is not None:
+            raise ValueError("Commit takes either message or offsets, not both")
+        rec = None
+        if message is not None:
+            rec = _RecordView(message)
+        try:
+            res = self._c.commit(message=rec, offsets=None if offsets is None else _in(offsets),
+                                 asynchronous=asynchronous)
+        except KwireError as exc:
+            if str(exc) == "no offsets to commit":
+                raise KafkaException(KafkaError(KafkaError._NO_OFFSET)) from None
+            raise to_kafka_exception(exc) from None
+        if asynchronous:
+            return None
+        return _tps(res) if res is not None else None
+
+    def store_offsets(self, message=None, offsets=None):
+        self._check()
+        if message is not None and offsets is not None:
+            raise ValueError("Store offsets takes either message or offsets, not both")
+        try:
+            if message is not None:
+                self._c.store_offsets(message=_RecordView(message))
+            else:
+                self._c.store_offsets(offsets=None if offsets is None else _in(offsets))
+        except ValueError:
+            raise
+        except KwireError as exc:
+            if "is not assigned" in str(exc):
+                raise KafkaException(KafkaError(KafkaError._STATE, str(exc))) from None
+            raise to_kafka_exception(exc) from None
+
+    def committed(self, partitions, timeout=None):
+        self._check()
+        return _tps(self._call(self._c.committed, _in(partitions), _ck_timeout(timeout)))
+
+    def position(self, partitions):
+        self._check()
+        return _tps(self._call(self._c.position, _in(partitions)))
+
+    def seek(self, partition):
+        self._check()
+        self._call(self._c.seek, partition)
+
+    def pause(self, partitions):
+        self._check()
+        self._call(self._c.pause, _in(partitions))
+
+    def resume(self, partitions):
+        self._check()
+        self._call(self._c.resume, _in(partitions))
+
+    def get_watermark_offsets(self, partition, timeout=None, cached=False):
+        self._check()
+        if not isinstance(partition, TopicPartition):
+            raise TypeError("expected TopicPartition")
+        return self._call(self._c.get_watermark_offsets, partition, _ck_timeout(timeout), cached)
+
+    def offsets_for_times(self, partitions, timeout=None):
+        self._check()
+        return _tps(self._call(self._c.offsets_for_times, _in(partitions), _ck_timeout(timeout)))
+
+    def list_topics(self, topic=None, timeout=-1):
+        self._check()
+        from .admin import _cluster_metadata
+        return _cluster_metadata(self._call(self._c.list_topics, topic, _ck_timeout(timeout)))
+
+    def memberid(self):
+        self._check()
+        return getattr(self._c._coord, "member_id", None) or None
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def close(self):
+        """Revoke (on_revoke), commit (auto commit), leave the group, stop.  Closing again does
+        nothing (as confluent-kafka 2.x)."""
+        if self._closed:
+            return None
+        self._closed = True
+        try:
+            self._c.close()
+        finally:
+            if self._logger is not None:
+                logging.getLogger("kwire").removeHandler(self._log_handler)
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self._closed:
+            self.close()
+        return False
+
+    def __len__(self):
+        self._check()
+        return len(self._c._q)
+
+    def _check(self):
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except KwireError as exc:
+            raise to_kafka_exception(exc) from None
+
+
+class _RecordView:
+    """What kwire's commit()/store_offsets() read from a message (attributes, not methods)."""
+
+    __slots__ = ("topic", "partition", "offset", "leader_epoch")
+
+    def __init__(self, m):
+        if not isinstance(m, Message):
+            raise TypeError("expected Message object")
+        if m.error() is not None:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG,
+                                            "Cannot commit offsets for an error message"))
+        self.topic = m.topic()
+        self.partition = m.partition()
+        self.offset = m.offset()
+        le = m.leader_epoch()
+        self.leader_epoch = -1 if le is None else le
+
+
+def _in(partitions):
+    if not isinstance(partitions, (list, tuple)):
+        raise TypeError("expected list of TopicPartition")
+    for p in partitions:
+        if not isinstance(p, TopicPartition):
+            raise TypeError("expected list of TopicPartition")
+    return list(partitions)
+
+
+_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+               4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
+
+
+class _Forward(logging.Handler):
+    def __init__(self, target: logging.Logger, level: int):
+        super().__init__(level)
+        self.target = target
+
+    def emit(self, record):
+        if self.target.isEnabledFor(record.levelno):
+            self.target.handle(record)
+
+
+def _forward_logs(logger, log_level) -> logging.Handler:
+    """``logger``: kwire's log records (the 'kwire' logger tree) go to it, filtered by
+    ``log_level`` (syslog numbering as librdkafka's, default 6 = info) while the client is open."""
+    level = _LOG_LEVELS.get(int(log_level) if log_level is not None else 6, logging.INFO)
+    h = _Forward(logger, level)
+    root = logging.getLogger("kwire")
+    root.addHandler(h)
+    if root.getEffectiveLevel() > level:
+        root.setLevel(level)
+    return h

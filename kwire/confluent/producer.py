@@ -1,0 +1,185 @@
+"""confluent-kafka's Producer over :class:`kwire.Producer`."""
+from __future__ import annotations
+
+import logging
+import time
+
+from ..errors import ConfigError, KwireError
+from ..net.connection import ConnState
+from ..producer import Producer as _KProducer
+from ._config import config_error, split_config
+from ._stats import Stats
+from ._types import KafkaError, KafkaException, _from_report, to_kafka_error
+
+log = logging.getLogger("kwire.confluent")
+
+_POLL_SLICE_S = 0.5  # poll(-1) / flush(-1) wait in slices so error_cb and stats_cb keep running
+
+
+def _ck_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("timeout must be a number")
+    return None if timeout < 0 else float(timeout)
+
+
+def _report_cb(cb):
+    """kwire calls ``cb(kwire_error, DeliveryReport)``; confluent-kafka's callbacks take
+    ``(KafkaError | None, Message)``."""
+    def deliver(err, rep):
+        e = None if err is None else to_kafka_error(err)
+        cb(e, _from_report(rep, e))
+    return deliver
+
+
+class Producer:
+    """confluent-kafka's ``Producer(conf)`` over kwire.  ``produce()`` buffers; ``poll()`` and
+    ``flush()`` send and serve delivery callbacks (``on_delivery(err, msg)``), error_cb and
+    stats_cb.  ``poll(-1)`` / ``flush()`` / ``flush(-1)`` wait without a limit."""
+
+    def __init__(self, *args, **kwargs):
+        if len(args) > 1:
+            raise TypeError("expected configuration dict")
+        kconf, extra = split_config(args[0] if args else None, kwargs, "producer")
+        dr = extra.get("on_delivery") or extra.get("dr_cb") or extra.get("dr_msg_cb")
+        if dr is not None:
+            kconf["on_delivery"] = _report_cb(dr)
+        self._error_cb = extra.get("error_cb")
+        kconf.pop("logger", None)
+        self._logger = extra.get("logger")
+        try:
+            self._p = _KProducer(kconf)
+        except ConfigError as exc:
+            raise config_error(exc) from None
+        self._closed = False
+        self._all_down = False
+        self._auth_reported = None
+        self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
+        self._stats = Stats.maybe(extra, self, "producer")
+        if self._error_cb is not None:
+            # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
+            # an unreachable cluster is noticed (and reported) without records to send.
+            self._p._md.request_update()
+        if self._logger is not None:
+            from .consumer import _forward_logs
+            self._log_handler = _forward_logs(self._logger, extra.get("log_level"))
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
+                headers=None, callback=None):
+        """Queue one message; raises BufferError when the queue is full."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        cb = on_delivery or callback
+        if cb is not None:
+            w = self._callbacks.get(cb)
+            if w is None:
+                if not callable(cb):
+                    raise TypeError("on_delivery expects a callable")
+                w = _report_cb(cb)
+                if len(self._callbacks) < 1000:  # a lambda per call is not worth keeping
+                    self._callbacks[cb] = w
+            cb = w
+        if isinstance(partition, bool) or not isinstance(partition, int):
+            raise TypeError(f"'{type(partition).__name__}' object cannot be interpreted as an integer")
+        if isinstance(headers, dict):
+            headers = list(headers.items())
+        try:
+            self._p.produce(topic, value, key, partition, cb, timestamp or None, headers)
+        except BufferError:
+            raise BufferError(KafkaError(KafkaError._QUEUE_FULL)) from None
+        except KwireError as exc:
+            raise KafkaException(to_kafka_error(exc)) from None
+
+    def poll(self, timeout=None):
+        """Send, receive, serve callbacks; wait up to ``timeout`` seconds (None / -1: until a
+        callback was served).  Returns the number of delivery callbacks served."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        t = _ck_timeout(timeout)
+        deadline = None if t is None else time.monotonic() + t
+        while True:
+            left = _POLL_SLICE_S if deadline is None else max(0.0, min(_POLL_SLICE_S, deadline - time.monotonic()))
+            served = self._p.poll(left)
+            self._events()
+            if served or (deadline is not None and time.monotonic() >= deadline):
+                return served
+
+    def flush(self, timeout=None):
+        """Wait until every message is delivered or failed (None / -1: no limit).  Returns the
+        number still in the queue."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        t = _ck_timeout(timeout)
+        deadline = None if t is None else time.monotonic() + t
+        while True:
+            left = _POLL_SLICE_S if deadline is None else max(0.0, min(_POLL_SLICE_S, deadline - time.monotonic()))
+            n = self._p.flush(left)
+            self._events()
+            if n == 0 or (deadline is not None and time.monotonic() >= deadline):
+                return n
+
+    def _events(self) -> None:
+        if self._stats is not None:
+            self._stats.maybe_emit(time.monotonic())
+        net = self._p._net
+        conns = list(net._conns.values())
+        down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
+        if down and not self._all_down:
+            self._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN,
+                                      f"{len(conns)}/{len(conns)} brokers are down"))
+        self._all_down = down
+        auth = net.authentication_error
+        if auth is not None and auth is not self._auth_reported:
+            self._auth_reported = auth
+            self._on_error(auth)
+
+    def _on_error(self, err) -> None:
+        err = to_kafka_error(err)
+        if self._error_cb is not None:
+            self._error_cb(err)
+        else:
+            log.warning("producer error: %s", err)
+
+    def __len__(self):
+        return len(self._p)
+
+    def __bool__(self):  # a Producer is a Producer, whether or not messages are queued
+        return True
+
+    def list_topics(self, topic=None, timeout=-1):
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        from .admin import _cluster_metadata
+        try:
+            return _cluster_metadata(self._p.list_topics(topic, _ck_timeout(timeout)))
+        except KwireError as exc:
+            raise KafkaException(to_kafka_error(exc)) from None
+
+    def purge(self, in_queue=True, in_flight=True, blocking=True):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "purge() is not supported by kwire"))
+
+    def _no_txn(self, *args, **kwargs):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                        "transactions are not supported by kwire's producer"))
+
+    init_transactions = begin_transaction = commit_transaction = abort_transaction = _no_txn
+    send_offsets_to_transaction = _no_txn
+
+    def close(self, timeout=None):
+        """Flush (up to ``timeout``, default without limit) and close.  Returns True."""
+        if self._closed:
+            return True
+        self.flush(timeout)
+        self._closed = True
+        self._p.close(0)
+        if self._logger is not None:
+            logging.getLogger("kwire").removeHandler(self._log_handler)
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
