@@ -6,8 +6,10 @@ with confluent-kafka, so what Spark reads was not produced by kwire.
 The data-loss tests (recreated topics, truncated logs, deleted records) run on Apache Kafka and
 on Tansu (the ``peer`` fixture).  Tansu 0.6 supports DeleteTopics, CreateTopics of a deleted
 name and topic ids in Metadata (a recreated topic gets a new id), but not DeleteRecords (it
-closes the connection on the request), so the deleted-records case runs on Kafka only.  Where
-both ran, they behaved alike.
+closes the connection on the request), so the deleted-records case runs on Kafka only; and it
+answers OffsetFetch without the commit metadata, so committed offsets cannot carry the topic's
+id there (Kafka's behaviour: the metadata round-trips).  Both drop a deleted topic's committed
+offsets.  Otherwise, where both ran, they behaved alike.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pyspark.sql.types import LongType
 
 import kwire.spark as ks
 from kwire.embedded import TansuBroker, free_port
+from kwire.embedded.kafka import KafkaCluster
 from kwire.errors import ConfigError, KafkaTimeoutError, KwireError, UnknownTopicOrPartitionError
 from kwire.spark import dataframe as spark_df
 from kwire.spark.offset_reader import OffsetReader, UnreachableClusterError
@@ -786,3 +789,38 @@ def test_batch_reads_and_rdds_detect_a_topic_recreated_after_planning(spark, pee
                 read()
         else:
             assert read() == []  # the planned range is skipped, with a warning
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
+def test_group_offsets_committed_in_a_recreated_topic(spark, peer, unique_topic, fail):
+    """startingOffsets=group after the topic was deleted and recreated.  Both Apache Kafka and
+    Tansu drop a deleted topic's committed offsets (the group then starts per
+    kafka.auto.offset.reset); offsets that outlive the topic -- copied back, synced from another
+    cluster -- carry the old topic's id in the metadata kwire commits them with, which tells.
+    (Before: the new topic was read from the old offset, 10, on.)"""
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 10)
+    group = unique_topic + "-g"
+    tp = (unique_topic, 0)
+    kw = options(peer, unique_topic, startingOffsets="group", commitToGroup=group,
+                 failOnDataLoss=str(fail).lower(), **{"kafka.auto.offset.reset": "earliest"})
+    df = ks.read_kafka(spark, **kw)
+    assert df.count() == 10 and ks.await_commit(df, 30) == {tp: 10}
+    with OffsetReader(ks.parse_options(options(peer, unique_topic))) as r:
+        offsets, ids = r.committed_with_ids(group, [tp])
+        old_id = r.topic_ids([tp])[unique_topic]
+    if isinstance(peer, TansuBroker):
+        assert offsets == {tp: 10} and ids == {}
+        pytest.skip("Tansu (0.6) answers OffsetFetch without the commit metadata, so the topic id "
+                    "cannot travel with the offsets there")
+    assert offsets == {tp: 10} and ids == {unique_topic: old_id}  # Kafka keeps commit metadata
+    recreate(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 20)
+    assert committed(peer, unique_topic, group, 1) == {tp: None}  # both peers dropped them
+    with OffsetReader(ks.parse_options(options(peer, unique_topic))) as r:
+        r.commit(group, {tp: 10}, metadata=f"kwire.topicId={old_id}")  # as a copy would bring them back
+    if fail:
+        with pytest.raises(ks.DataLossError, match="deleted and recreated"):
+            ks.read_kafka(spark, **kw)
+    else:
+        assert offsets_of(ks.read_kafka(spark, **kw)) == {0: list(range(20))}

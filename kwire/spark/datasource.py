@@ -206,9 +206,11 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = r.partitions()
         planner.check_named_partitions(o.starting, tps, "startingOffsets")
         earliest, latest = r.earliest(tps), r.latest(tps)
-        start = r.resolve_start(tps, earliest, latest)
+        start, start_ids = r.resolve_start(tps, earliest, latest)
         _log.info("kwire.spark: stream starts at %s", start)
-        return planner.offsets_to_json(start, r.topic_ids(tps))
+        # startingOffsets=group: the ids the offsets were committed with, so that the first
+        # batch reports offsets committed in a topic since deleted and recreated
+        return planner.offsets_to_json(start, {**r.topic_ids(tps), **start_ids})
 
     def getDefaultReadLimit(self):
         if self.options.max_offsets_per_trigger and ReadMaxRows is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import uuid
 from typing import Iterable, Mapping
 
 from ..errors import (
@@ -316,13 +317,19 @@ class OffsetReader:
 
     def committed(self, group: str, tps: Iterable[TP]) -> dict[TP, int | None]:
         """The group's committed offsets (None where it has none)."""
+        return self.committed_with_ids(group, tps)[0]
+
+    def committed_with_ids(self, group: str, tps: Iterable[TP]) -> tuple[dict[TP, int | None], dict]:
+        """The group's committed offsets, and ``{topic: id}`` for the topics whose offsets kwire
+        committed with the topic's id in the commit metadata (``kwire.topicId=<uuid>``): a
+        different id now means the offsets belong to a deleted topic of the same name."""
         tps = sorted(tps)
         if not tps:
-            return {}
+            return {}, {}
         return self._retrying(f"fetching the committed offsets of group {group!r}",
                               lambda: self._committed(group, tps))
 
-    def _committed(self, group: str, tps: list[TP]) -> dict[TP, int | None]:
+    def _committed(self, group: str, tps: list[TP]) -> tuple[dict[TP, int | None], dict]:
         topics: dict[str, list[int]] = {}
         for t, p in tps:
             topics.setdefault(t, []).append(p)
@@ -347,6 +354,7 @@ class OffsetReader:
         if err:
             raise for_code(err, f"OffsetFetch for group {group!r}")
         out: dict[TP, int | None] = {tp: None for tp in tps}
+        ids: dict = {}
         md = self.client.metadata
         for t in resp_topics:
             name = t.get("name") or md.topic_name(t.get("topic_id"))
@@ -356,10 +364,15 @@ class OffsetReader:
                 tp = (name, p["partition_index"])
                 if tp in out:
                     out[tp] = p["committed_offset"] if p["committed_offset"] >= 0 else None
-        return out
+                    tid = _committed_topic_id(p.get("metadata"))
+                    if out[tp] is not None and tid is not None:
+                        ids[name] = tid
+        return out, ids
 
     def commit(self, group: str, offsets: Mapping[TP, int], metadata: str | None = None) -> None:
-        """Commit ``offsets`` (the next offset to read, per partition) to ``group``."""
+        """Commit ``offsets`` (the next offset to read, per partition) to ``group``.  Without
+        ``metadata``, each partition's metadata records its topic's id (``kwire.topicId=<uuid>``)
+        where known, so that a later ``startingOffsets=group`` can tell a recreated topic."""
         if not offsets:
             return
         self._retrying(f"committing offsets to group {group!r}", lambda: self._commit(group, offsets, metadata))
@@ -373,6 +386,11 @@ class OffsetReader:
                 "partition_index": p, "committed_offset": int(o), "committed_metadata": metadata,
                 "committed_leader_epoch": part.leader_epoch if part is not None else -1})
         self._learn_topic_ids(topics)
+        if metadata is None:
+            for t, ps in topics.items():
+                tid = md.topic_id(t)
+                for p in ps:
+                    p["committed_metadata"] = None if tid is None else f"{_TOPIC_ID_METADATA}{tid}"
 
         def body(v: int) -> dict:
             return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
@@ -400,14 +418,17 @@ class OffsetReader:
                 "active members (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION); use a group of its own.")
 
     # --- planning -----------------------------------------------------------------------------
-    def resolve_start(self, tps: list[TP], earliest: dict, latest: dict) -> dict[TP, int]:
+    def resolve_start(self, tps: list[TP], earliest: dict, latest: dict) -> tuple[dict[TP, int], dict]:
+        """The starting offsets, and the ids of the topics they were taken in where that is not
+        now (``startingOffsets=group``: the ids kwire committed with the offsets)."""
         o = self.options
         spec = o.starting
-        committed = self.committed(o.group_id, tps) if spec.kind == "group" else None
+        committed, start_ids = self.committed_with_ids(o.group_id, tps) if spec.kind == "group" else (None, {})
         found = self.list_offsets(planner.timestamp_queries(spec, tps))
-        return planner.resolve(spec, tps, earliest=earliest, latest=latest, committed=committed,
-                               found=found, auto_offset_reset=o.auto_offset_reset,
-                               timestamp_strategy=o.starting_timestamp_strategy)
+        start = planner.resolve(spec, tps, earliest=earliest, latest=latest, committed=committed,
+                                found=found, auto_offset_reset=o.auto_offset_reset,
+                                timestamp_strategy=o.starting_timestamp_strategy)
+        return start, start_ids
 
     def plan_batch(self, executors: tuple[str, ...] = ()) -> tuple[planner.Plan, dict[TP, int]]:
         """The ranges of a batch query, and the latest offsets they were planned against."""
@@ -417,18 +438,31 @@ class OffsetReader:
         planner.check_named_partitions(o.ending, tps, _spec_option(o, starting=False))
         earliest = self.earliest(tps)
         latest = self.latest(tps)
-        start = self.resolve_start(tps, earliest, latest)
+        start, start_ids = self.resolve_start(tps, earliest, latest)
         found_end = self.list_offsets(planner.timestamp_queries(o.ending, tps))
         end = planner.resolve(o.ending, tps, earliest=earliest, latest=latest, found=found_end, ending=True)
         plan = planner.plan_ranges(start, end, earliest=earliest, latest=latest,
                                    fail_on_data_loss=o.fail_on_data_loss,
                                    min_partitions=o.min_partitions,
                                    max_records_per_partition=o.max_records_per_partition,
-                                   executors=executors, topic_ids=self.topic_ids(tps))
+                                   executors=executors, start_ids=start_ids, topic_ids=self.topic_ids(tps))
         for w in plan.warnings:
             _log.warning("kwire.spark: %s", w)
         log_plan(plan, latest)
         return plan, latest
+
+
+_TOPIC_ID_METADATA = "kwire.topicId="
+
+
+def _committed_topic_id(metadata: str | None):
+    """The topic id in commit metadata written by :meth:`OffsetReader.commit` (or None)."""
+    if metadata and metadata.startswith(_TOPIC_ID_METADATA):
+        try:
+            return uuid.UUID(metadata[len(_TOPIC_ID_METADATA):])
+        except ValueError:
+            return None
+    return None
 
 
 def lookup_topic_ids(config: Mapping, topics: Iterable[str]) -> dict:
