@@ -1,0 +1,202 @@
+"""Classic confluent-kafka programs, written once against a module ``ck`` that is either the real
+``confluent_kafka`` or ``kwire.confluent`` -- only the import differs.  Each returns what it
+observed, in a form that must be the same for both (tests/test_confluent_dropin.py compares).
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+N = 20           # messages per program
+PARTITIONS = 2
+
+
+def produce(ck, bootstrap, topic, n=N, **conf):
+    """Producer with delivery callbacks, flush(-1): what the callbacks saw."""
+    seen = []
+
+    def on_delivery(err, msg):
+        assert isinstance(msg, ck.Message)
+        seen.append((None if err is None else err.code(), msg.topic() == topic, msg.partition(),
+                     msg.key(), msg.value(), msg.timestamp()[0], msg.error() is None,
+                     msg.latency() is not None and msg.latency() >= 0))
+
+    p = ck.Producer({"bootstrap.servers": bootstrap, **conf})
+    assert bool(p) and len(p) == 0
+    for i in range(n):
+        p.produce(topic, value=f"v{i}".encode(), key=f"k{i}", partition=i % PARTITIONS,
+                  headers=[("h", f"{i}".encode())], timestamp=1_700_000_000_000 + i,
+                  on_delivery=on_delivery)
+        p.poll(0)
+    queued = len(p) > 0
+    left = p.flush(-1)
+    served_after = p.poll(0)
+    return {"queued": queued, "flush": left, "len": len(p), "poll_after": served_after,
+            "reports": sorted(seen, key=lambda r: r[4])}
+
+
+def _consumer(ck, bootstrap, group=None, **conf):
+    return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group or f"g-{uuid.uuid4().hex[:8]}",
+                        "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                        "heartbeat.interval.ms": 500, **conf})
+
+
+def eof_loop(ck, bootstrap, topic, deadline_s=60):
+    """subscribe + poll loop until every partition reported end-of-partition."""
+    c = _consumer(ck, bootstrap, **{"enable.partition.eof": True})
+    c.subscribe([topic])
+    msgs, eofs = [], set()
+    end = time.monotonic() + deadline_s
+    while len(eofs) < PARTITIONS and time.monotonic() < end:
+        m = c.poll(1.0)
+        if m is None:
+            continue
+        if m.error():
+            assert m.error().code() == ck.KafkaError._PARTITION_EOF, m.error()
+            assert isinstance(m.error(), ck.KafkaError)
+            eofs.add((m.topic(), m.partition(), m.offset()))
+            continue
+        msgs.append((m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp(),
+                     len(m), m.leader_epoch() is None or m.leader_epoch() >= 0))
+    again = c.poll(0.5)  # no second EOF without new messages
+    c.close()
+    try:
+        c.poll(0)
+        after_close = "returned"
+    except RuntimeError as exc:
+        after_close = str(exc)
+    return {"msgs": sorted(msgs), "eofs": sorted(eofs), "again": again is None,
+            "after_close": after_close}
+
+
+def on_assign_offsets(ck, bootstrap, topic, start=5, deadline_s=60):
+    """on_assign that sets each partition's starting offset, then consume(n) batches."""
+    assigned = []
+
+    def on_assign(c, parts):
+        assigned.extend((p.topic, p.partition) for p in parts)
+        for p in parts:
+            p.offset = start
+        c.assign(parts)
+
+    c = _consumer(ck, bootstrap)
+    c.subscribe([topic], on_assign=on_assign)
+    got = []
+    end = time.monotonic() + deadline_s
+    want = N - PARTITIONS * start
+    while len(got) < want and time.monotonic() < end:
+        for m in c.consume(num_messages=7, timeout=1.0):
+            assert m.error() is None, m.error()
+            got.append((m.partition(), m.offset()))
+    c.close()
+    return {"assigned": sorted(assigned), "got": sorted(got)}
+
+
+def commit_message(ck, bootstrap, topic, deadline_s=60):
+    """enable.auto.commit=false, commit(message=, asynchronous=False), committed()."""
+    c = _consumer(ck, bootstrap, **{"enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    end = time.monotonic() + deadline_s
+    last = None
+    n = 0
+    while n < N // PARTITIONS and time.monotonic() < end:
+        m = c.poll(1.0)
+        if m is None or m.error():
+            continue
+        n += 1
+        last = m
+        if n == 4:
+            res = c.commit(message=m, asynchronous=False)
+            first = [(tp.topic == topic, tp.partition, tp.offset) for tp in res]
+    committed = c.committed([ck.TopicPartition(topic, 0)], timeout=10)
+    position = c.position([ck.TopicPartition(topic, 0)])
+    wm = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
+    c.close()
+    return {"first": first, "last": last.offset(), "committed": [(p.partition, p.offset) for p in committed],
+            "position": [(p.partition, p.offset) for p in position], "watermarks": tuple(wm)}
+
+
+def store_offsets(ck, bootstrap, topic, deadline_s=60):
+    """enable.auto.offset.store=false: store_offsets(message) then commit() (sync)."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = _consumer(ck, bootstrap, group, **{"enable.auto.offset.store": False, "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 1, 0)])
+    end = time.monotonic() + deadline_s
+    n = 0
+    while n < 3 and time.monotonic() < end:
+        m = c.poll(1.0)
+        if m is None or m.error():
+            continue
+        n += 1
+        c.store_offsets(message=m)
+    res = c.commit(asynchronous=False)
+    out = [(p.partition, p.offset) for p in res if p.topic == topic]
+    c.close()
+    c2 = _consumer(ck, bootstrap, group)
+    committed = c2.committed([ck.TopicPartition(topic, 1)], timeout=10)
+    c2.close()
+    return {"commit": out, "committed": [(p.partition, p.offset) for p in committed]}
+
+
+def admin_futures(ck, bootstrap, topic):
+    """AdminClient: create_topics futures, again (already exists), list_topics."""
+    from importlib import import_module
+    admin = import_module(ck.__name__ + ".admin")
+    a = admin.AdminClient({"bootstrap.servers": bootstrap})
+    fs = a.create_topics([admin.NewTopic(topic, num_partitions=3, replication_factor=1)])
+    first = {t: f.result(30) for t, f in fs.items()}
+    fs = a.create_topics([admin.NewTopic(topic, num_partitions=3, replication_factor=1)])
+    try:
+        fs[topic].result(30)
+        again = None
+    except ck.KafkaException as exc:
+        again = exc.args[0].code()
+    for _ in range(50):
+        md = a.list_topics(timeout=10)
+        if topic in md.topics and len(md.topics[topic].partitions) == 3:
+            break
+        time.sleep(0.2)
+    t = md.topics[topic]
+    return {"first": first, "again": again, "partitions": sorted(t.partitions),
+            "leaders": all(p.leader >= 0 for p in t.partitions.values()),
+            "brokers": len(md.brokers) >= 1, "error": t.error}
+
+
+def stats(ck, bootstrap, topic, deadline_s=30):
+    """stats_cb with statistics.interval.ms: JSON documents with name/type/ts."""
+    docs = []
+    c = _consumer(ck, bootstrap, **{"statistics.interval.ms": 200, "stats_cb": docs.append})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    end = time.monotonic() + deadline_s
+    while len(docs) < 2 and time.monotonic() < end:
+        c.poll(0.2)
+    c.close()
+    d = json.loads(docs[0])
+    return {"n": len(docs) >= 2, "keys": sorted(k for k in ("name", "type", "ts", "time", "topics")
+                                                 if k in d), "type": d["type"]}
+
+
+def unknown_topic(ck, bootstrap, deadline_s=30):
+    """subscribe to a topic that does not exist: an error message names it."""
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    c = _consumer(ck, bootstrap, **{"allow.auto.create.topics": False})
+    c.subscribe([missing])
+    end = time.monotonic() + deadline_s
+    err = None
+    while err is None and time.monotonic() < end:
+        m = c.poll(0.5)
+        if m is not None and m.error():
+            err = (m.error().code(), m.topic())
+    c.close()
+    return {"error": err, "expected": (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, missing)}
+
+
+def brokers_down(ck, deadline_s=15):
+    """error_cb hears _ALL_BROKERS_DOWN when nothing listens at bootstrap.servers."""
+    seen = []
+    p = ck.Producer({"bootstrap.servers": "127.0.0.1:1", "error_cb": lambda e: seen.append(e.code())})
+    end = time.monotonic() + deadline_s
+    while ck.KafkaError._ALL_BROKERS_DOWN not in seen and time.monotonic() < end:
+        p.poll(0.5)
+    return {"all_down": ck.KafkaError._ALL_BROKERS_DOWN in seen}
