@@ -30,7 +30,24 @@ from .producer import Producer
 __all__ = ["Consumer", "Producer", "Message", "KafkaError", "KafkaException", "TopicPartition",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-           "version", "libversion", "admin"]
+           "ThrottleEvent", "version", "libversion", "admin"]
+
+
+__version__ = _kwire_version
+
+
+class ThrottleEvent:
+    """What confluent-kafka's throttle_cb receives.  kwire honours broker throttling but does
+    not report it (throttle_cb is accepted and never called); the class exists for programs
+    that import or construct it."""
+
+    def __init__(self, broker_name: str, broker_id: int, throttle_time: float):
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.throttle_time = throttle_time
+
+    def __str__(self) -> str:
+        return f"{self.broker_name}/{self.broker_id} throttled for {int(self.throttle_time * 1000)} ms"
 
 
 def _version_int(v: str) -> int:

@@ -87,10 +87,9 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
         raise TypeError("expected configuration dict")
     merged: dict = dict(conf or {})
     merged.update(kwargs)
-    dtc = merged.pop("default.topic.config", None)  # librdkafka's old nested topic config
-    if dtc:
-        for k, v in dict(dtc).items():
-            merged.setdefault(k, v)
+    dtc = merged.pop("default.topic.config", None)  # librdkafka's old nested topic config:
+    if dtc:                                          # its values win, as in confluent-kafka
+        merged.update(dict(dtc))
     kconf: dict = {}
     extra: dict = {}
     for k, v in merged.items():

@@ -62,6 +62,9 @@ class Consumer:
             raise config_error(exc) from None
         self._closed = False
         self._topics: list = []
+        # manual assignment as the application made it: kwire's own view follows once its
+        # driver has applied it, confluent-kafka's assignment() reflects assign() at once
+        self._manual: dict | None = None
         self._reported_missing: set = set()
         self._next_check = 0.0
         self._all_down = False
@@ -195,6 +198,7 @@ class Consumer:
             if cb is not None and not callable(cb):
                 raise TypeError("expected callable")
         self._topics = list(topics)
+        self._manual = None
         self._reported_missing.clear()
         self._next_check = 0.0
         try:
@@ -206,26 +210,41 @@ class Consumer:
     def unsubscribe(self):
         self._check()
         self._topics = []
+        self._manual = None
         self._call(self._c.unsubscribe)
 
     def assign(self, partitions):
         self._check()
-        self._call(self._c.assign, _in(partitions))
+        parts = _in(partitions)
+        self._call(self._c.assign, parts)
+        if not self._topics:
+            self._manual = {(p.topic, p.partition): None for p in parts}
 
     def incremental_assign(self, partitions):
         self._check()
-        self._call(self._c.incremental_assign, _in(partitions))
+        parts = _in(partitions)
+        self._call(self._c.incremental_assign, parts)
+        if not self._topics:
+            self._manual = dict(self._manual or {})
+            self._manual.update({(p.topic, p.partition): None for p in parts})
 
     def unassign(self):
         self._check()
         self._call(self._c.unassign)
+        self._manual = None if self._topics else {}
 
     def incremental_unassign(self, partitions):
         self._check()
-        self._call(self._c.incremental_unassign, _in(partitions))
+        parts = _in(partitions)
+        self._call(self._c.incremental_unassign, parts)
+        if self._manual is not None:
+            for p in parts:
+                self._manual.pop((p.topic, p.partition), None)
 
     def assignment(self):
         self._check()
+        if self._manual is not None:
+            return [TopicPartition(t, p) for t, p in self._manual]
         return _tps(self._c.assignment())
 
     # --- offsets ----------------------------------------------------------------------------------

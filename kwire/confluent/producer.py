@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..errors import ConfigError, KwireError
+from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
@@ -28,7 +28,12 @@ def _report_cb(cb):
     """kwire calls ``cb(kwire_error, DeliveryReport)``; confluent-kafka's callbacks take
     ``(KafkaError | None, Message)``."""
     def deliver(err, rep):
-        e = None if err is None else to_kafka_error(err)
+        if err is None:
+            e = None
+        elif isinstance(err, KafkaTimeoutError):  # delivery.timeout.ms (message.timeout.ms)
+            e = KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out ({err})")
+        else:
+            e = to_kafka_error(err)
         cb(e, _from_report(rep, e))
     return deliver
 

@@ -1,0 +1,405 @@
+"""kwire.confluent without a broker: the behaviours confluent-kafka-python's own broker-less unit
+tests check (test_KafkaError, test_TopicPartition, test_Consumer, test_Producer, test_misc,
+test_message), written anew, plus the real confluent-kafka as the oracle where it helps."""
+from __future__ import annotations
+
+import json
+import pickle
+import time
+
+import confluent_kafka as real
+import pytest
+
+import kwire.confluent as ck
+from kwire.confluent import (KafkaError, KafkaException, Message, TopicPartition)
+from kwire.confluent.admin import AdminClient, NewTopic
+from kwire.records import Record
+
+NOWHERE = "127.0.0.1:1"  # nothing listens there: connections are refused at once
+
+
+# --- KafkaError / KafkaException ---------------------------------------------------------------
+
+def test_error_codes_names_and_texts_are_librdkafkas():
+    names = [n for n in dir(real.KafkaError) if isinstance(getattr(real.KafkaError, n), int)
+             and (n.isupper() or (n.startswith("_") and not n.startswith("__")))]
+    assert len(names) > 150
+    for n in names:
+        code = getattr(real.KafkaError, n)
+        assert getattr(KafkaError, n) == code, n
+        assert KafkaError(code).name() == real.KafkaError(code).name()
+        assert KafkaError(code).str() == real.KafkaError(code).str()
+        assert repr(KafkaError(code)) == repr(real.KafkaError(code))
+
+
+@pytest.mark.parametrize("name", ["_PARTITION_EOF", "_TIMED_OUT", "_TRANSPORT", "_ALL_BROKERS_DOWN",
+                                  "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "_NO_OFFSET",
+                                  "_MSG_TIMED_OUT", "_AUTO_OFFSET_RESET", "_LOG_TRUNCATION"])
+def test_internal_codes_kwire_produces(name):
+    code = getattr(KafkaError, name)
+    assert code < 0 and KafkaError(code).name() == name
+
+
+def test_unknown_code_and_custom_reason():
+    e = KafkaError(12345)
+    assert (e.name(), e.str()) == ("ERR_12345?", "Err-12345?")
+    assert repr(e) == repr(real.KafkaError(12345))
+    e = KafkaError(KafkaError._ALL_BROKERS_DOWN, "Mayday!")
+    assert e == KafkaError._ALL_BROKERS_DOWN and e.str() == "Mayday!"
+    assert not (e.fatal() or e.retriable() or e.txn_requires_abort())
+
+
+@pytest.mark.parametrize("flag", ["fatal", "retriable", "txn_requires_abort"])
+def test_flags_travel_in_kafka_exception(flag):
+    with pytest.raises(KafkaException) as exc:
+        raise KafkaException(KafkaError(KafkaError.MEMBER_ID_REQUIRED, **{flag: True}))
+    err = exc.value.args[0]
+    assert isinstance(err, KafkaError)
+    assert {f: getattr(err, f)() for f in ("fatal", "retriable", "txn_requires_abort")} == \
+        {f: f == flag for f in ("fatal", "retriable", "txn_requires_abort")}
+    assert repr(err).startswith("KafkaError{FATAL," if flag == "fatal" else "KafkaError{code=")
+
+
+def test_kafka_error_compares_hashes_and_pickles_as_its_code():
+    e = KafkaError(KafkaError._PARTITION_EOF)
+    assert e == -191 and e != 3 and e < 0 and e <= -191 and e > -192 and e >= -191
+    assert e == KafkaError(-191) and hash(e) == hash(-191)
+    assert {e: 1}[KafkaError(-191)] == 1
+    e2 = pickle.loads(pickle.dumps(KafkaError(3, "why", fatal=True)))
+    assert (e2.code(), e2.str(), e2.fatal()) == (3, "why", True)
+
+
+def test_raising_a_kafka_error_is_caught_as_kafka_exception():
+    with pytest.raises(KafkaException, match="Err-12345?") as e:
+        raise KafkaError(12345)
+    assert e.value.args[0].code() == 12345
+
+    class MyException(KafkaException):
+        def __init__(self, code):
+            super().__init__(KafkaError(code))
+
+    with pytest.raises(KafkaException, match="Err-12345?") as e:
+        raise MyException(12345)
+    assert not e.value.args[0].fatal()
+
+
+def test_kafka_error_needs_an_int():
+    with pytest.raises(TypeError):
+        KafkaError("x")
+
+
+# --- TopicPartition -----------------------------------------------------------------------------
+
+def test_topic_partition_ordering_all_six():
+    a, b, b2 = TopicPartition("aa", 0), TopicPartition("aa", 19002), TopicPartition("aa", 19002)
+    assert b > a and b >= a and a < b and a <= b and b == b2 and a != b and b <= b2 and b >= b2
+    assert not (a > b or a >= b or b < a or b <= a or a == b or b != b2)
+    assert TopicPartition("ulv", 2) < TopicPartition("xy", 0)
+    assert TopicPartition("BaB", 9) != TopicPartition("Card", 9)
+    tps = [TopicPartition("topicA", 5), TopicPartition("topic3", 0), TopicPartition("topicA", 5),
+           TopicPartition("topic1", 3)]
+    assert [(t.topic, t.partition) for t in sorted(tps)] == \
+        [("topic1", 3), ("topic3", 0), ("topicA", 5), ("topicA", 5)]
+
+
+def test_topic_partition_hash_repr_and_fields_match_confluent():
+    for args in [("t",), ("t", 1), ("t", 1, 5), ("t", 1, 5, "md"), ("t", 1, 5, "md", 3)]:
+        ours, theirs = TopicPartition(*args), real.TopicPartition(*args)
+        assert repr(ours) == repr(theirs) and str(ours) == str(theirs)
+        assert (ours.topic, ours.partition, ours.offset, ours.metadata, ours.leader_epoch, ours.error) == \
+            (theirs.topic, theirs.partition, theirs.offset, theirs.metadata, theirs.leader_epoch, theirs.error)
+    assert hash(TopicPartition("test", 99)) != hash(TopicPartition("somethingelse", 12))
+    assert hash(TopicPartition("t", 1, 5)) == hash(TopicPartition("t", 1, 9))
+
+
+def test_topic_partition_mutability_and_type_checks():
+    tp = TopicPartition("t", 1)
+    tp.offset, tp.partition = 7, 2
+    assert (tp.partition, tp.offset) == (2, 7)
+    for attr in ("topic", "metadata", "error"):
+        with pytest.raises(AttributeError):
+            setattr(tp, attr, "x")
+    with pytest.raises(TypeError):
+        TopicPartition("t", "x")
+    with pytest.raises(TypeError):
+        TopicPartition(1)
+    with pytest.raises(NotImplementedError):
+        tp == 3  # noqa: B015 -- as confluent-kafka
+    tp2 = pickle.loads(pickle.dumps(TopicPartition("t", 1, 5, "md", 3)))
+    assert (tp2.topic, tp2.partition, tp2.offset, tp2.metadata, tp2.leader_epoch) == ("t", 1, 5, "md", 3)
+
+
+# --- Message -------------------------------------------------------------------------------------
+
+METHODS = ("topic", "partition", "offset", "key", "value", "headers", "error", "timestamp",
+           "latency", "leader_epoch")
+
+
+def _all(m):
+    return tuple(getattr(m, n)() for n in METHODS) + (len(m),)
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"topic": "t", "partition": 3, "offset": 5, "key": b"k", "value": "v", "headers": [("a", b"b")],
+     "timestamp": (1, 123), "latency": 0.5, "leader_epoch": 2},
+    {"topic": "t", "partition": -1, "offset": -1001, "leader_epoch": -1, "latency": -1},
+    {"error": real.KafkaError(3)},
+])
+def test_message_constructed_as_confluent(kw):
+    assert _all(Message(**kw)) == _all(real.Message(**kw))
+
+
+def test_message_setters_and_equality_and_pickle():
+    m = Message(topic="t", partition=0, offset=1, value=b"v")
+    m.set_value({"deserialized": True})
+    m.set_key("k")
+    m.set_headers([("h", b"1")])
+    m.set_topic("u")
+    err = KafkaError(KafkaError._PARTITION_EOF)
+    m.set_error(err)
+    assert (m.value(), m.key(), m.headers(), m.topic(), m.error()) == \
+        ({"deserialized": True}, "k", [("h", b"1")], "u", err)
+    a = Message(topic="t", partition=1, offset=2, key=b"k", value=b"v", timestamp=(1, 5), latency=0.1)
+    b = Message(topic="t", partition=1, offset=2, key=b"k", value=b"v", timestamp=(1, 5), latency=0.9)
+    assert a == b and not (a != b)          # latency is not compared
+    assert a != Message(topic="t", partition=1, offset=3, key=b"k", value=b"v", timestamp=(1, 5))
+    assert pickle.loads(pickle.dumps(a)) == a
+    with pytest.raises(TypeError):
+        Message(timestamp=5)
+
+
+@pytest.mark.parametrize("kwire_type,confluent_type", [
+    (0, real.TIMESTAMP_CREATE_TIME), (1, real.TIMESTAMP_LOG_APPEND_TIME), (-1, real.TIMESTAMP_NOT_AVAILABLE)])
+def test_consumed_message_wraps_a_record(kwire_type, confluent_type):
+    from kwire.confluent._types import _wrap
+    r = Record(7, 1234 if kwire_type >= 0 else -1, kwire_type, b"k", b"value", [("h", b"x")], "t", 2, 4)
+    m = _wrap(r)
+    assert _all(m) == ("t", 2, 7, b"k", b"value", [("h", b"x")], None,
+                       (confluent_type, 1234 if kwire_type >= 0 else -1), None, 4, 5)
+    assert _wrap(Record(0, 0, 0, None, None, [], "t", 0, -1)).headers() is None
+    assert _wrap(Record(0, 0, 0, None, None, [], "t", 0, -1)).leader_epoch() is None
+    m.set_value(b"changed")                          # the record is not touched
+    assert (m.value(), m.key(), m.offset(), r.value) == (b"changed", b"k", 7, b"value")
+
+
+# --- module level --------------------------------------------------------------------------------
+
+def test_constants_version_libversion():
+    for n in ("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
+              "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"):
+        assert getattr(ck, n) == getattr(real, n), n
+    sver, iver = ck.version()
+    assert sver == ck.__version__ and iver > 0
+    lsver, liver = ck.libversion()
+    assert "kwire" in lsver and liver >= 0x000b0400  # feature checks in programs pass
+    assert str(ck.ThrottleEvent("broker", 0, 10.0)) == "broker/0 throttled for 10000 ms"
+
+
+# --- Consumer -------------------------------------------------------------------------------------
+
+def _consumer(**kw):
+    return ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "test", "session.timeout.ms": 1000,
+                        **kw})
+
+
+def test_consumer_construction_errors():
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        ck.Consumer()
+    with pytest.raises(ValueError, match="group.id must be set"):
+        ck.Consumer({"bootstrap.servers": NOWHERE})
+    with pytest.raises(KafkaException) as e:
+        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "no.such.key": 1})
+    assert e.value.args[0].code() == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException) as e:
+        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "session.timeout.ms": "abc"})
+    assert e.value.args[0].code() == KafkaError._INVALID_ARG
+    with pytest.raises(KafkaException, match="classic"):
+        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "group.protocol": "consumer"})
+
+
+def test_consumer_accepts_common_librdkafka_keys():
+    c = _consumer(**{"statistics.interval.ms": 0, "log_level": 3, "max.poll.records": 10,
+                     "group.protocol": "classic", "fetch.queue.backoff.ms": 10,
+                     "queued.min.messages": 1000, "socket.keepalive.enable": True,
+                     "broker.address.family": "v4", "enable.metrics.push": False,
+                     "api.version.request": True, "linger.ms": 5,
+                     "default.topic.config": {"auto.offset.reset": "smallest"}})
+    c.close()
+    c = ck.Consumer(**{"bootstrap.servers": NOWHERE, "group.id": "g"})  # keyword form
+    c.close()
+
+
+def test_consumer_after_close():
+    c = _consumer()
+    c.subscribe(["test"])
+    c.unsubscribe()
+    assert c.close() is None
+    assert c.close() is None  # closing again is allowed (confluent-kafka 2.x)
+    tp = TopicPartition("test", 0, 42)
+    calls = [lambda: c.subscribe(["test"]), c.unsubscribe, c.poll, lambda: c.consume(1, 0),
+             lambda: c.assign([tp]), c.unassign, c.assignment,
+             lambda: c.store_offsets(offsets=[tp]), c.commit, lambda: c.committed([tp]),
+             lambda: c.position([tp]), lambda: c.get_watermark_offsets(tp), lambda: c.seek(tp),
+             lambda: c.pause([tp]), lambda: c.resume([tp]), c.list_topics, c.memberid,
+             lambda: c.incremental_assign([tp]), lambda: c.incremental_unassign([tp])]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="^Consumer closed$"):
+            call()
+
+
+def test_consumer_assign_and_argument_checks():
+    c = _consumer()
+    parts = [TopicPartition("test", p) for p in range(0, 30, 3)]
+    c.assign(parts)
+    assert c.assignment() == parts
+    assert all(isinstance(p, TopicPartition) for p in c.assignment())
+    lo, hi = c.get_watermark_offsets(parts[0], cached=True)
+    assert (lo, hi) == (real.OFFSET_INVALID, real.OFFSET_INVALID)
+    with pytest.raises(TypeError):
+        c.subscribe("test")
+    with pytest.raises(TypeError):
+        c.assign([("test", 0)])
+    with pytest.raises(ValueError):
+        c.consume(-1)
+    with pytest.raises(ValueError):
+        c.commit(message=Message(topic="t"), offsets=[TopicPartition("t", 0, 1)])
+    t0 = time.monotonic()
+    assert c.poll(0.2) is None and c.consume(10, 0.2) == []
+    assert time.monotonic() - t0 < 5
+    c.unassign()
+    assert c.assignment() == []
+    with pytest.raises(KafkaException) as e:
+        c.commit(asynchronous=False)
+    assert e.value.args[0].code() == KafkaError._NO_OFFSET
+    c.close()
+
+
+def test_consumer_subclassing():
+    class SubConsumer(ck.Consumer):
+        def poll(self, somearg):
+            assert isinstance(somearg, str)
+            return super().poll(timeout=0.0001)
+
+    sc = SubConsumer({"bootstrap.servers": NOWHERE, "group.id": "test"})
+    assert sc.poll("astring") is None
+    sc.close()
+
+
+def test_consumer_error_cb_all_brokers_down():
+    seen = []
+    c = _consumer(error_cb=lambda e: seen.append(e))
+    c.subscribe(["test"])
+    end = time.monotonic() + 20
+    while not seen and time.monotonic() < end:
+        c.poll(0.5)
+    c.close()
+    assert seen and isinstance(seen[0], KafkaError)
+    assert seen[0].code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+
+
+def test_consumer_stats_cb():
+    docs = []
+    c = _consumer(**{"statistics.interval.ms": 100, "stats_cb": docs.append})
+    c.assign([TopicPartition("test", 0)])
+    end = time.monotonic() + 10
+    while len(docs) < 2 and time.monotonic() < end:
+        c.poll(0.1)
+    c.close()
+    assert len(docs) >= 2
+    d = json.loads(docs[-1])
+    assert d["name"] and d["type"] == "consumer" and d["cgrp"]["assignment_size"] == 1
+    assert d["topics"]["test"]["partitions"]["0"]["consumer_lag"] == -1
+
+
+# --- Producer ---------------------------------------------------------------------------------------
+
+def test_producer_basics_without_a_broker():
+    with pytest.raises(TypeError, match="expected configuration dict"):
+        ck.Producer()
+    with pytest.raises(KafkaException):
+        ck.Producer({"should.fail": False})
+    with pytest.raises(KafkaException, match="partitioner"):
+        ck.Producer({"bootstrap.servers": NOWHERE, "partitioner": "murmur"})
+    ck.Producer({"bootstrap.servers": NOWHERE, "partitioner": "murmur2"})
+    reports = []
+    p = ck.Producer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 300,
+                     "log.thread.name": True})
+    assert bool(p) and len(p) == 0          # a Producer is true even with nothing queued
+    p.produce("mytopic")
+    p.produce("mytopic", value="somedata", key="a key", timestamp=1234567,
+              headers={"h": "v", "n": None})
+    p.produce(topic="another_topic", value="testing", partition=9,
+              callback=lambda err, msg: reports.append((err, msg)))
+    assert len(p) == 3 and bool(p)
+    with pytest.raises(TypeError):
+        p.produce("mytopic", 1)
+    with pytest.raises(TypeError):
+        p.produce("mytopic", b"x", partition="a")
+    t0 = time.monotonic()
+    assert p.flush(-1) == 0                  # -1: wait until everything failed or was delivered
+    assert time.monotonic() - t0 >= 0.2 and len(p) == 0
+    (err, msg), = reports
+    assert isinstance(err, KafkaError) and err.code() == KafkaError._MSG_TIMED_OUT
+    assert "Message timed out" in err.str()
+    assert isinstance(msg, Message) and msg.error() is err
+    assert (msg.topic(), msg.partition(), msg.value(), msg.offset()) == ("another_topic", 9, b"testing", None)
+    assert p.close() is True and p.close() is True
+    with pytest.raises(RuntimeError):
+        p.produce("mytopic", b"x")
+
+
+def test_producer_poll_minus_one_waits_for_a_callback():
+    p = ck.Producer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 300})
+    seen = []
+    p.produce("t", b"x", on_delivery=lambda err, msg: seen.append(err.code()))
+    assert p.poll(-1) == 1 and seen == [KafkaError._MSG_TIMED_OUT]
+
+
+def test_producer_default_topic_config_wins():
+    seen = []
+    p = ck.Producer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 600000,
+                     "default.topic.config": {"message.timeout.ms": 300},
+                     "on_delivery": lambda err, msg: seen.append(err.code())})
+    p.produce("mytopic", value="somedata", key="a key")
+    end = time.monotonic() + 10
+    while not seen and time.monotonic() < end:
+        p.poll(0.5)
+    assert seen == [KafkaError._MSG_TIMED_OUT]
+
+
+def test_producer_error_cb_all_brokers_down():
+    seen = []
+    p = ck.Producer({"bootstrap.servers": NOWHERE, "error_cb": lambda e: seen.append(e.code())})
+    end = time.monotonic() + 10
+    while KafkaError._ALL_BROKERS_DOWN not in seen and time.monotonic() < end:
+        p.poll(0.5)
+    assert KafkaError._ALL_BROKERS_DOWN in seen
+
+
+def test_producer_transactions_are_refused():
+    p = ck.Producer({"bootstrap.servers": NOWHERE})
+    with pytest.raises(KafkaException) as e:
+        p.init_transactions()
+    assert e.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+
+
+# --- AdminClient ------------------------------------------------------------------------------------
+
+def test_admin_client_argument_checks_and_unsupported_calls():
+    a = AdminClient({"bootstrap.servers": NOWHERE})
+    with pytest.raises(ValueError):
+        a.create_topics([])
+    with pytest.raises(TypeError):
+        a.create_topics(["t"])
+    with pytest.raises(ValueError):
+        a.create_topics([NewTopic("t", 1, 1), NewTopic("t", 1, 1)])
+    with pytest.raises(ValueError):
+        a.delete_records([])
+    with pytest.raises(KafkaException) as e:
+        a.delete_topics(["t"])
+    assert e.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+    fs = a.create_topics([NewTopic("t", 1, 1)], request_timeout=0.5)
+    with pytest.raises(KafkaException):
+        fs["t"].result(30)
+    a.close()
