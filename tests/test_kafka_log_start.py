@@ -7,6 +7,9 @@
 * DeleteRecords and retention move the log start above a consumer's position: the Fetch answers
   OFFSET_OUT_OF_RANGE and the consumer resets per ``auto.offset.reset`` -- earliest, latest, or
   ``error``, which raises a typed OffsetOutOfRangeError to the application instead of skipping.
+* DeleteRecords moves the log start above a Spark read's planned start, before or after the
+  plan: with failOnDataLoss=true every reader raises DataLossError; with false it returns
+  exactly the surviving records.
 
 Compaction and retention are driven by the broker's own threads; the tests wait for them by
 reading the log (with a deadline), never by fixed sleeps.  Only segment rolls need time to
@@ -419,3 +422,76 @@ def test_retention_below_the_committed_offset_with_reset_error_raises(kafka_rete
         assert got == {(t, 0): [(o, b"k%d" % o, b"new%d" % o) for o in range(10, 15)]}
         # the committed offset is still the application's to move
         assert c.committed([TopicPartition(t, 0)], timeout=10)[0].offset == 3
+
+
+# --- Spark with the log start moved above the planned start (DeleteRecords) ------------------------
+
+# raised in an executor, a DataLossError reaches the driver inside Spark's exception
+LOST_BELOW_12 = r"DataLossError[\s\S]*starts at 12"
+
+
+def deleted_two_partitions(cluster, topic: str) -> str:
+    """Partition 0: offsets 0-19 in one batch (the tests delete below 12, inside it);
+    partition 1: 0-9, never deleted."""
+    new_topic(cluster, topic, 2)
+    produce(cluster, topic, [(0, b"k%d" % i, b"v%d" % i) for i in range(20)] +
+            [(1, b"k%d" % i, b"w%d" % i) for i in range(10)], **{"linger.ms": 200})
+    return topic
+
+
+def delete_below(cluster, topic: str, partition: int, offset: int) -> None:
+    with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+        assert admin.delete_records({(topic, partition): offset}) == {(topic, partition): offset}
+
+
+SURVIVORS_AFTER_DELETE = sorted([(0, o, b"k%d" % o, b"v%d" % o) for o in range(12, 20)] +
+                                [(1, o, b"k%d" % o, b"w%d" % o) for o in range(10)])
+
+
+@pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
+def test_read_kafka_with_the_log_start_above_the_plan(spark, kafka, unique_topic, reader):
+    t = deleted_two_partitions(kafka, unique_topic)
+    start = '{"%s": {"0": 3, "1": 0}}' % t
+    # planned before the records went: the executors find the log start moved
+    strict = ks.read_kafka(spark, reader=reader, **spark_options(kafka, t, startingOffsets=start))
+    lenient = ks.read_kafka(spark, reader=reader, **spark_options(kafka, t, startingOffsets=start,
+                                                                  failOnDataLoss="false"))
+    delete_below(kafka, t, 0, 12)
+    with pytest.raises(Exception, match=LOST_BELOW_12):
+        strict.collect()
+    assert row_tuples(lenient.collect()) == SURVIVORS_AFTER_DELETE
+    assert lenient.count() == 18
+    # planned after: the driver sees it
+    with pytest.raises(ks.DataLossError, match="starts at 12"):
+        ks.read_kafka(spark, reader=reader, **spark_options(kafka, t, startingOffsets=start)).collect()
+    df = ks.read_kafka(spark, reader=reader, **spark_options(kafka, t, startingOffsets=start,
+                                                             failOnDataLoss="false"))
+    assert row_tuples(df.collect()) == SURVIVORS_AFTER_DELETE
+    assert df.count() == 18
+
+
+def test_data_source_with_the_log_start_above_the_plan(registered, kafka, unique_topic):
+    t = deleted_two_partitions(kafka, unique_topic)
+    delete_below(kafka, t, 0, 12)
+    start = '{"%s": {"0": 3, "1": 0}}' % t
+    with pytest.raises(Exception, match=LOST_BELOW_12):
+        registered.read.format("kwire").options(**spark_options(kafka, t, startingOffsets=start)).load().collect()
+    df = registered.read.format("kwire").options(**spark_options(
+        kafka, t, startingOffsets=start, failOnDataLoss="false", minPartitions="6")).load()
+    assert row_tuples(df.collect()) == SURVIVORS_AFTER_DELETE
+    assert df.count() == 18
+
+
+def test_rdds_with_the_log_start_above_the_plan(spark, kafka, unique_topic):
+    t = deleted_two_partitions(kafka, unique_topic)
+    delete_below(kafka, t, 0, 12)
+    sc = spark.sparkContext
+    config = {"bootstrap.servers": kafka.bootstrap}
+    ranges = [(t, 0, 3, 20), (t, 1, 0, 10), (t, 0, 5, 8)]  # the last one wholly deleted
+    for rdd in (ks.kafka_rdd, ks.kafka_arrow_rdd):
+        with pytest.raises(Exception, match=LOST_BELOW_12):
+            rdd(sc, config, ranges, poll_timeout_ms=30_000).collect()
+    lenient = dict(fail_on_data_loss=False, poll_timeout_ms=30_000)
+    assert row_tuples(ks.kafka_rdd(sc, config, ranges, **lenient).collect()) == SURVIVORS_AFTER_DELETE
+    assert arrow_tuples(ks.kafka_arrow_rdd(sc, config, ranges, num_partitions=2, **lenient).collect()) == \
+        SURVIVORS_AFTER_DELETE
