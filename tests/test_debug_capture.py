@@ -491,7 +491,7 @@ def test_flipped_bytes_in_a_frame(tmp_path, capsys):
     assert [(i.kind, i.correlation_id, i.to_broker) for i in bad] == [
         ("undecoded", 3, True), ("undecoded", 3, False), ("undecoded", 5, False)]
     assert "request cannot be decoded" in bad[0].reason and "32639" in bad[0].reason
-    assert "api key 32639, which kwire does not know" in bad[1].reason
+    assert "(api key 32639), which kwire's protocol tables do not declare" in bad[1].reason
     assert bad[2].reason.startswith("Metadata v12 response cannot be decoded")
     assert all(i.data for i in bad)
     code, out, _ = run_cli(capsys, path)

@@ -36,6 +36,7 @@ from typing import Callable, Iterator
 
 from ..errors import KwireError
 from ..protocol import api as P
+from .names import api_name
 from .partial import partial_request, partial_response
 from .tls import CANNOT_DECRYPT, find_tls, summarise_tls
 
@@ -341,7 +342,8 @@ class Stream:
         self.mid_start = mid_start
         self.closed = closed  # FIN/RST seen and nothing lost at the end
         self.duplicate_bytes = duplicate_bytes
-        self.lost_segments = lost_segments or []  # (packet index, lost bytes) of short packets
+        # (packet index, lost bytes, stream offset of the first lost byte) of short packets
+        self.lost_segments = lost_segments or []
 
     @property
     def end(self) -> int:
@@ -434,7 +436,7 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         else:
             duplicates += len(s.payload)
         if s.lost:
-            lost_segments.append((s.index, s.lost))
+            lost_segments.append((s.index, s.lost, cap_end))
         declared = max(declared, cap_end + s.lost)
     if declared > len(data):
         holes.append((len(data), declared))
@@ -702,7 +704,8 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
             item("note", to_broker, ts=stream.time_at(0), packet=stream.packet_at(0), problem=False, reason=(
                 f"capture starts mid-connection ({arrow[to_broker]}: no SYN seen)"))
         for hs, he in stream.holes:
-            short = [f"packet {i} was captured {n} bytes short (snap length)" for i, n in stream.lost_segments]
+            short = [f"packet {i} was captured {n} bytes short (snap length)"
+                     for i, n, at in stream.lost_segments if hs <= at < he]
             item("gap", to_broker, ts=stream.time_at(he) if he < stream.end else stream.time_at(hs),
                  packet=stream.packet_at(hs), offset=hs, size_bytes=he - hs, problem=True,
                  reason=f"capture lost {he - hs} bytes at stream offset {hs} ({arrow[to_broker]})"
@@ -734,8 +737,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
             if piece.header is not None:  # still pair its response
                 key, version, corr = struct.unpack(">hhi", piece.header)
                 it.api_key, it.version, it.correlation_id = key, version, corr
-                a = P.APIS.get(key)
-                it.api = a.name if a else None
+                it.api = api_name(key)
                 if it.partial is not None:
                     it.client_id = it.partial.header.get("client_id")
                 pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
@@ -747,10 +749,9 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         try:
             rf = P.decode_request(piece.data, size_prefix=False)
         except KwireError as exc:
-            a = P.APIS.get(key) if key is not None else None
             part = partial_request(piece.data)
             it = item("undecoded", True, ts=ts, packet=packet, offset=piece.offset, data=frame,
-                      size_bytes=len(frame), api=a.name if a else None, api_key=key, version=version,
+                      size_bytes=len(frame), api=api_name(key), api_key=key, version=version,
                       correlation_id=corr, client_id=part.header.get("client_id"), problem=True,
                       reason=f"request cannot be decoded: {part.reason or _describe_error(exc)}", partial=part)
             if corr is not None:
@@ -803,8 +804,10 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
             continue
         a = P.APIS.get(req.api_key)
         if a is None:
-            pair(item("undecoded", False, data=frame, problem=True, api_key=req.api_key, version=req.version,
-                      reason=f"response to a request with api key {req.api_key}, which kwire does not know",
+            pair(item("undecoded", False, data=frame, problem=True, api=api_name(req.api_key),
+                      api_key=req.api_key, version=req.version,
+                      reason=f"response to {api_name(req.api_key)} (api key {req.api_key}), which kwire's "
+                             "protocol tables do not declare",
                       **common), req)
             continue
         try:

@@ -24,7 +24,8 @@ from typing import Any
 from ..protocol import api as P
 from ..protocol.error_codes import BY_CODE
 
-__all__ = ["Name", "annotate", "error_name", "errors_in", "name_key", "NAME_SUFFIX"]
+__all__ = ["KAFKA_APIS", "Name", "annotate", "api_key_of", "api_name", "error_name", "errors_in", "name_key",
+           "NAME_SUFFIX"]
 
 NAME_SUFFIX = "_name"
 
@@ -67,6 +68,49 @@ SPECIAL_OFFSETS = {
 }
 
 _API_KEYS_LIST = 18  # ApiVersions: api_keys[].api_key
+
+# Every api key Kafka defines (org.apache.kafka.common.protocol.ApiKeys, Kafka 4.x), so the APIs
+# kwire's tables do not declare (transactions, ACLs, KRaft, share groups...) are still named.
+KAFKA_APIS = dict(enumerate((
+    "Produce", "Fetch", "ListOffsets", "Metadata", "LeaderAndIsr", "StopReplica", "UpdateMetadata",
+    "ControlledShutdown", "OffsetCommit", "OffsetFetch", "FindCoordinator", "JoinGroup", "Heartbeat",
+    "LeaveGroup", "SyncGroup", "DescribeGroups", "ListGroups", "SaslHandshake", "ApiVersions",
+    "CreateTopics", "DeleteTopics", "DeleteRecords", "InitProducerId", "OffsetForLeaderEpoch",
+    "AddPartitionsToTxn", "AddOffsetsToTxn", "EndTxn", "WriteTxnMarkers", "TxnOffsetCommit",
+    "DescribeAcls", "CreateAcls", "DeleteAcls", "DescribeConfigs", "AlterConfigs",
+    "AlterReplicaLogDirs", "DescribeLogDirs", "SaslAuthenticate", "CreatePartitions",
+    "CreateDelegationToken", "RenewDelegationToken", "ExpireDelegationToken",
+    "DescribeDelegationToken", "DeleteGroups", "ElectLeaders", "IncrementalAlterConfigs",
+    "AlterPartitionReassignments", "ListPartitionReassignments", "OffsetDelete",
+    "DescribeClientQuotas", "AlterClientQuotas", "DescribeUserScramCredentials",
+    "AlterUserScramCredentials", "Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "DescribeQuorum",
+    "AlterPartition", "UpdateFeatures", "Envelope", "FetchSnapshot", "DescribeCluster",
+    "DescribeProducers", "BrokerRegistration", "BrokerHeartbeat", "UnregisterBroker",
+    "DescribeTransactions", "ListTransactions", "AllocateProducerIds", "ConsumerGroupHeartbeat",
+    "ConsumerGroupDescribe", "ControllerRegistration", "GetTelemetrySubscriptions", "PushTelemetry",
+    "AssignReplicasToDirs", "ListConfigResources", "DescribeTopicPartitions", "ShareGroupHeartbeat",
+    "ShareGroupDescribe", "ShareFetch", "ShareAcknowledge", "AddRaftVoter", "RemoveRaftVoter",
+    "UpdateRaftVoter", "InitializeShareGroupState", "ReadShareGroupState", "WriteShareGroupState",
+    "DeleteShareGroupState", "ReadShareGroupStateSummary", "StreamsGroupHeartbeat",
+    "StreamsGroupDescribe", "DescribeShareGroupOffsets", "AlterShareGroupOffsets",
+    "DeleteShareGroupOffsets",
+)))
+_KAFKA_API_KEYS = {name.lower(): key for key, name in KAFKA_APIS.items()}
+
+
+def api_name(key: int | None) -> str | None:
+    """The name of an api key: kwire's tables first, then Kafka's list; None for None."""
+    if key is None:
+        return None
+    a = P.APIS.get(key)
+    if a is not None:
+        return a.name
+    return KAFKA_APIS.get(key, f"UNKNOWN_API_{key}")
+
+
+def api_key_of(name: str) -> int | None:
+    """The api key of a name (any case), from Kafka's list; None when Kafka has no such API."""
+    return _KAFKA_API_KEYS.get(name.lower())
 _LIST_OFFSETS = 2
 
 
@@ -92,8 +136,7 @@ def _named(key: str, value: Any, api_key: int | None, kind: str | None) -> tuple
     if key == "timestamp" and api_key == _LIST_OFFSETS and kind == "request" and value < 0:
         return key + NAME_SUFFIX, LIST_OFFSETS_TIMESTAMP.get(value, f"UNKNOWN_{value}")
     if key == "api_key" and api_key == _API_KEYS_LIST:
-        a = P.APIS.get(value)
-        return "api", a.name if a else f"UNKNOWN_API_{value}"
+        return "api", api_name(value)
     special = SPECIAL_OFFSETS.get(key)
     if special is not None and value in special:
         return key + NAME_SUFFIX, special[value]

@@ -23,7 +23,7 @@ from .._plan import T_ARRAY, T_STRUCT
 from .._pycodec.messages import _I8, _I16, _I32 as _PI32, _length, _read_value, _Reader
 from ..errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError
 from ..protocol import api as P
-from .names import Name
+from .names import Name, api_name
 
 __all__ = ["Partial", "partial_request", "partial_response"]
 
@@ -147,14 +147,15 @@ def partial_request(payload) -> Partial:
         key = result.header["api_key"] = r.fixed(_I16)
         version = result.header["api_version"] = r.fixed(_I16)
         result.header["correlation_id"] = r.fixed(_PI32)
-        a = P.APIS.get(key)
-        if a is None:
-            raise ProtocolError(f"api key {key} is not one kwire knows", position=SIZE_PREFIX)
-        result.header["api"] = Name(a.name)
-        n = r.fixed(_I16)
+        result.header["api"] = Name(api_name(key))
+        n = r.fixed(_I16)  # the client id: in every request header version kwire can meet
         if n < -1:
             raise ProtocolError(f"invalid client_id length {n}", position=r.pos - 2)
         result.header["client_id"] = None if n < 0 else r.text(n)
+        a = P.APIS.get(key)
+        if a is None:
+            raise ProtocolError(f"{api_name(key)} (api key {key}) is not in kwire's protocol tables",
+                                position=SIZE_PREFIX)
         if not a.min_version <= version <= a.max_version:
             raise ProtocolError(f"{a.name} v{version} is outside the versions kwire knows "
                                 f"({a.min_version}-{a.max_version})", position=SIZE_PREFIX + 2)

@@ -20,9 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..errors import KwireError
-from ..protocol import api as P
-from .names import errors_in
+from .names import api_key_of, errors_in
 
 __all__ = ["Filters", "parse_int_set", "topic_names_from", "topics_in", "groups_in"]
 
@@ -168,9 +166,10 @@ class Filters:
                 elif any(c in part for c in "*?["):
                     names.append(part.lower())
                 else:
-                    try:
-                        self._api_keys.add(P.api(part).key)
-                    except KwireError:
+                    key = api_key_of(part)
+                    if key is not None:
+                        self._api_keys.add(key)
+                    else:
                         raise ValueError(f"--api {part!r}: no such API (names as in Kafka's protocol "
                                          f"guide, e.g. Fetch, OffsetCommit, or api keys)") from None
         self._api_globs = _matcher(names)

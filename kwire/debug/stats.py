@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import math
-import uuid
 from typing import Any
 
 from ..errors import KwireError
@@ -178,7 +177,7 @@ def capture_stats(items, topic_names: dict | None = None) -> dict:
         members: dict = {}
         generations = set()
         for e in timeline:
-            m = members.setdefault(e["member"] or "?", {"client_id": e["client_id"], "joins": 0,
+            m = members.setdefault(e["member"] or "(new member)", {"client_id": e["client_id"], "joins": 0,
                                                          "generations": [], "assignments": 0,
                                                          "commits": 0, "rebalances": 0, "left": False})
             if e["event"].startswith("joined"):
@@ -195,7 +194,7 @@ def capture_stats(items, topic_names: dict | None = None) -> dict:
                 m["rebalances"] += 1
             elif e["event"] == "leave":
                 m["left"] = True
-        members.pop("(new member)", None)
+        members.pop("(new member)", None)  # a join before the broker gave a member id
         group_out[g] = {"generations": sorted(x for x in generations if x is not None),
                         "members": members, "timeline": timeline}
     return {
@@ -223,10 +222,10 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
 def _detail_text(e: dict) -> str:
     parts = []
     for k, v in e.items():
-        if k in ("time", "packet", "client_id", "member", "event") or v in (None, [], {}):
+        if k in ("time", "packet", "client_id", "member", "event") or v in (None, [], {}, ""):
             continue
         if isinstance(v, dict):
-            v = ", ".join(f"{a}: {b}" for a, b in v.items())
+            v = ", ".join(f"{a}: {', '.join(map(str, b)) if isinstance(b, list) else b}" for a, b in v.items())
         elif isinstance(v, list):
             v = ", ".join(str(x) for x in v)
         parts.append(f"{k} {v}")

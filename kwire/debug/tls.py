@@ -46,9 +46,9 @@ def _record_at(data: bytes, pos: int) -> int | None:
     return length
 
 
-def _chain(data: bytes, pos: int, want: int) -> int:
-    """How many well-formed records follow each other from ``pos`` (up to ``want``); a record
-    that runs exactly to the end of the data counts."""
+def _chain(data: bytes, pos: int, want: int) -> tuple[int, bool]:
+    """How many well-formed records follow each other from ``pos`` (up to ``want``), and
+    whether they end exactly where the data does."""
     n = 0
     while n < want:
         length = _record_at(data, pos)
@@ -58,25 +58,28 @@ def _chain(data: bytes, pos: int, want: int) -> int:
         n += 1
         if pos >= len(data):
             break
-    return n
+    return n, pos == len(data)
 
 
 def find_tls(data: bytes, *, mid_start: bool) -> int | None:
     """Where TLS records start in one direction of a connection, or None when it is not TLS.
 
-    From the start: a handshake record (a ClientHello or ServerHello) or two chained records.
-    Mid-connection: the first offset within SCAN_BYTES from which three records chain."""
+    From the start: a handshake record (a ClientHello or ServerHello), two chained records, or
+    records that are all the direction carried (a server's lone alert to a client that hung up
+    in the handshake).  Mid-connection: the first offset within SCAN_BYTES from which three
+    records chain."""
     if not data:
         return None
     length = _record_at(data, 0)
     if length is not None:
         hello = data[0] == 22 and len(data) > 5 and data[5] in (1, 2)
-        if hello or _chain(data, 0, 2) == 2:
+        n, exact = _chain(data, 0, 2)
+        if hello or n == 2 or exact:
             return 0
     if not mid_start:
         return None
     for pos in range(1, min(len(data), SCAN_BYTES)):
-        if _record_at(data, pos) is not None and _chain(data, pos, 3) == 3:
+        if _record_at(data, pos) is not None and _chain(data, pos, 3)[0] == 3:
             return pos
     return None
 
