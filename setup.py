@@ -1,4 +1,5 @@
-"""Builds the kwire._codec extension (Cython).  `pip install .` runs this."""
+"""Builds the kwire._codec extension and kwire.confluent's compiled Message (Cython).  `pip
+install .` runs this."""
 import os
 
 from Cython.Build import cythonize
@@ -10,6 +11,11 @@ extensions = [
     Extension(
         "kwire._codec",
         ["kwire/_codec.pyx"],
+        extra_compile_args=extra_compile_args,
+    ),
+    Extension(
+        "kwire.confluent._message",
+        ["kwire/confluent/_message.pyx"],
         extra_compile_args=extra_compile_args,
     ),
 ]

@@ -342,24 +342,46 @@ def run_kwire_fetch(spec: dict, meter: Meter, decode: str) -> None:
 
 # --- the peers ----------------------------------------------------------------------------------
 
-def run_confluent(spec: dict, meter: Meter, extra: dict | None = None) -> None:
-    import confluent_kafka
+def run_confluent(spec: dict, meter: Meter, extra: dict | None = None, *,
+                  module: str = "confluent_kafka", poll: bool = False) -> None:
+    """A classic confluent-kafka consumer: consume(num_messages=10000) batches, or (``poll``) one
+    poll() per message.  ``module="kwire.confluent"`` runs the same code on kwire's adapter."""
+    import importlib
 
+    confluent_kafka = importlib.import_module(module)
     conf = {"bootstrap.servers": spec["bootstrap"], "group.id": spec["group_id"],
             "auto.offset.reset": "earliest", "client.id": "bench-confluent"}
     conf.update(extra or {})
     if spec.get("session_timeout_ms"):
         conf["session.timeout.ms"] = spec["session_timeout_ms"]
     c = confluent_kafka.Consumer(conf)
+    eof = confluent_kafka.KafkaError._PARTITION_EOF
     try:
         meter.start()
         c.subscribe([spec["topic"]], on_assign=meter.assigned)
+        if poll:
+            while meter.check():
+                n = nb = 0
+                for _ in range(10000):  # meter.check() per 10,000 polls, as per batch below
+                    m = c.poll(0.1 if n == 0 else 0)
+                    if m is None:
+                        break
+                    if m.error() is not None:
+                        if m.error().code() == eof:
+                            continue
+                        raise RuntimeError(str(m.error()))
+                    n += 1
+                    v = m.value()
+                    if v is not None:
+                        nb += len(v)
+                meter.add(n, nb)
+            return
         while meter.check():
             msgs = c.consume(num_messages=10000, timeout=1.0)
             n = nb = 0
             for m in msgs:
                 if m.error() is not None:
-                    if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    if m.error().code() == eof:
                         continue
                     raise RuntimeError(str(m.error()))
                 n += 1
@@ -446,6 +468,11 @@ def run_aiokafka(spec: dict, meter: Meter) -> None:
     asyncio.run(main())
 
 
+# librdkafka's throughput tuning for a consumer: no back-off when its queue fills, a bigger
+# prefetch queue (kwire.confluent accepts both: the first as a no-op, the second as the same
+# bound kwire has)
+_CONFLUENT_TUNED = {"fetch.queue.backoff.ms": 0, "queued.max.messages.kbytes": 262144}
+
 CLIENTS = {
     "kwire-consumer": run_kwire_consumer,
     "kwire-fetch-raw": lambda spec, meter: run_kwire_fetch(spec, meter, "raw"),
@@ -453,6 +480,12 @@ CLIENTS = {
     "kwire-fetch-arrow": lambda spec, meter: run_kwire_fetch(spec, meter, "arrow"),
     "confluent-kafka": run_confluent,
     "confluent-kafka-backoff10": lambda spec, meter: run_confluent(spec, meter, {"fetch.queue.backoff.ms": 10}),
+    # one poll() per message; "tuned" as librdkafka's docs advise for throughput
+    "confluent-kafka-poll": lambda spec, meter: run_confluent(spec, meter, _CONFLUENT_TUNED, poll=True),
+    # the same two programs on kwire.confluent, only the import changed
+    "kwire-confluent": lambda spec, meter: run_confluent(spec, meter, module="kwire.confluent"),
+    "kwire-confluent-poll": lambda spec, meter: run_confluent(spec, meter, _CONFLUENT_TUNED, poll=True,
+                                                              module="kwire.confluent"),
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
 }

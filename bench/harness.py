@@ -37,6 +37,9 @@ E2E_CLIENTS = (
     "kwire-fetch-raw",         # NetworkClient Fetch loop, batch headers only: the ceiling
     "confluent-kafka",         # consume(num_messages=10000), defaults
     "confluent-kafka-backoff10",  # same with fetch.queue.backoff.ms=10
+    "confluent-kafka-poll",    # one poll() per message, tuned (fetch.queue.backoff.ms=0, 256 MiB)
+    "kwire-confluent",         # the consume() program on kwire.confluent (import changed only)
+    "kwire-confluent-poll",    # the poll() program on kwire.confluent
     "kafka-python",            # KafkaConsumer.poll()
     "aiokafka",                # AIOKafkaConsumer.getmany()
 )

@@ -131,6 +131,32 @@ def test_topic_partition_mutability_and_type_checks():
 
 # --- Message -------------------------------------------------------------------------------------
 
+from kwire.confluent import _types  # noqa: E402
+
+try:
+    from kwire.confluent import _message as _compiled_message
+except ImportError:  # KWIRE_REQUIRE_EXTENSION=1 (CI) makes kwire.confluent's import fail instead
+    _compiled_message = None
+
+TWINS = [pytest.param((_types.PyMessage, _types._pure_wrap), id="pure")]
+if _compiled_message is not None:
+    TWINS.insert(0, pytest.param((_compiled_message.Message, _compiled_message.wrap), id="cython"))
+
+
+@pytest.fixture(params=TWINS)
+def twin(request):
+    """Each Message twin in turn: (class, wrap(record))."""
+    return request.param
+
+
+def test_the_compiled_message_is_in_use_when_built():
+    import os
+    if os.environ.get("KWIRE_PURE", "") not in ("", "0"):
+        assert ck.MESSAGE_IMPLEMENTATION == "python" and ck.Message is _types.PyMessage
+    else:
+        assert _compiled_message is not None, "kwire/confluent/_message.pyx was not built"
+        assert ck.MESSAGE_IMPLEMENTATION == "cython" and ck.Message is _compiled_message.Message
+
 METHODS = ("topic", "partition", "offset", "key", "value", "headers", "error", "timestamp",
            "latency", "leader_epoch")
 
@@ -146,11 +172,12 @@ def _all(m):
     {"topic": "t", "partition": -1, "offset": -1001, "leader_epoch": -1, "latency": -1},
     {"error": real.KafkaError(3)},
 ])
-def test_message_constructed_as_confluent(kw):
-    assert _all(Message(**kw)) == _all(real.Message(**kw))
+def test_message_constructed_as_confluent(kw, twin):
+    assert _all(twin[0](**kw)) == _all(real.Message(**kw))
 
 
-def test_message_setters_and_equality_and_pickle():
+def test_message_setters_and_equality_and_pickle(twin):
+    Message = twin[0]
     m = Message(topic="t", partition=0, offset=1, value=b"v")
     m.set_value({"deserialized": True})
     m.set_key("k")
@@ -171,8 +198,8 @@ def test_message_setters_and_equality_and_pickle():
 
 @pytest.mark.parametrize("kwire_type,confluent_type", [
     (0, real.TIMESTAMP_CREATE_TIME), (1, real.TIMESTAMP_LOG_APPEND_TIME), (-1, real.TIMESTAMP_NOT_AVAILABLE)])
-def test_consumed_message_wraps_a_record(kwire_type, confluent_type):
-    from kwire.confluent._types import _wrap
+def test_consumed_message_wraps_a_record(kwire_type, confluent_type, twin):
+    _wrap = twin[1]
     r = Record(7, 1234 if kwire_type >= 0 else -1, kwire_type, b"k", b"value", [("h", b"x")], "t", 2, 4)
     m = _wrap(r)
     assert _all(m) == ("t", 2, 7, b"k", b"value", [("h", b"x")], None,
@@ -181,6 +208,7 @@ def test_consumed_message_wraps_a_record(kwire_type, confluent_type):
     assert _wrap(Record(0, 0, 0, None, None, [], "t", 0, -1)).leader_epoch() is None
     m.set_value(b"changed")                          # the record is not touched
     assert (m.value(), m.key(), m.offset(), r.value) == (b"changed", b"k", 7, b"value")
+    assert isinstance(m, twin[0]) and m == pickle.loads(pickle.dumps(m))
 
 
 # --- module level --------------------------------------------------------------------------------

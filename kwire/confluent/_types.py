@@ -6,6 +6,7 @@ record; no field is copied); ``set_*()`` or construction moves the fields into a
 """
 from __future__ import annotations
 
+from .. import _impl
 from .. import errors as _kerr
 from ..consumer.types import TopicPartition as _KTopicPartition
 from ._codes import CODES
@@ -273,7 +274,7 @@ _FIELDS = ("topic", "partition", "offset", "key", "value", "headers", "error", "
            "latency", "leader_epoch")
 
 
-class Message:
+class PyMessage:
     """A consumed or produced message, or an event (``error()`` is not None), with
     confluent-kafka's methods.  Constructible with the same keywords::
 
@@ -392,7 +393,7 @@ class Message:
     def __eq__(self, other):
         if other is self:
             return True
-        if not isinstance(other, Message):
+        if not isinstance(other, PyMessage):
             return False
         a, b = self._values(), other._values()
         return a[:8] == b[:8] and a[9] == b[9]  # latency is not compared, as in confluent-kafka
@@ -404,7 +405,7 @@ class Message:
 
     def __reduce__(self):
         v = self._values()
-        return (Message, (v[0], -1 if v[1] is None else v[1], -1 if v[2] is None else v[2],
+        return (type(self), (v[0], -1 if v[1] is None else v[1], -1 if v[2] is None else v[2],
                           v[3], v[4], v[5], v[6], v[7], -1.0 if v[8] is None else v[8],
                           -1 if v[9] is None else v[9]))
 
@@ -417,31 +418,57 @@ class Message:
 _new = object.__new__
 
 
-def _wrap(r, _new=_new, _M=Message):
+def _pure_wrap(r, _new=_new, _M=PyMessage):
     m = _new(_M)
     m._r = r
     m._f = None
     return m
 
 
-def _event(topic, partition, offset, error: KafkaError) -> Message:
+def _pure_wrap_list(records: list) -> list:
+    return list(map(_pure_wrap, records))
+
+
+def _pure_make(fields: dict):
+    m = _new(PyMessage)
+    m._r = None
+    m._f = fields
+    return m
+
+
+Message = PyMessage  # the pure-Python twin (the reference) unless the compiled one loads
+_wrap, _wrap_list, _make = _pure_wrap, _pure_wrap_list, _pure_make
+MESSAGE_IMPLEMENTATION = "python"
+if not _impl._pure:
+    try:
+        from ._message import IMPLEMENTATION as MESSAGE_IMPLEMENTATION  # noqa: F811
+        from ._message import Message  # noqa: F811
+        from ._message import make as _make
+        from ._message import wrap as _wrap
+        from ._message import wrap_list as _wrap_list
+    except ImportError as exc:
+        if _impl._required:
+            raise ImportError(f"kwire.confluent._message (compiled) failed to import: {exc}") from exc
+        import warnings
+        warnings.warn(f"kwire.confluent: compiled Message unavailable ({exc}); using the "
+                      "pure-Python twin", RuntimeWarning, stacklevel=2)
+
+
+def _event(topic, partition, offset, error: KafkaError):
     """An error/event message (partition EOF, unknown topic, consumer errors)."""
-    m = _new(Message)
-    m._r = None
-    m._f = {"topic": topic, "partition": partition if partition is not None and partition >= 0 else None,
-            "offset": offset if offset is not None and offset >= 0 else None, "key": None,
-            "value": None, "headers": None, "error": error,
-            "timestamp": (TIMESTAMP_NOT_AVAILABLE, -1), "latency": None, "leader_epoch": None}
-    return m
+    return _make({"topic": topic,
+                  "partition": partition if partition is not None and partition >= 0 else None,
+                  "offset": offset if offset is not None and offset >= 0 else None, "key": None,
+                  "value": None, "headers": None, "error": error,
+                  "timestamp": (TIMESTAMP_NOT_AVAILABLE, -1), "latency": None,
+                  "leader_epoch": None})
 
 
-def _from_report(rep, err: KafkaError | None) -> Message:
+def _from_report(rep, err: KafkaError | None):
     """The Message a delivery callback receives, from a kwire DeliveryReport."""
-    m = _new(Message)
-    m._r = None
     off = rep._offset
-    m._f = {"topic": rep._topic, "partition": rep.partition() if rep.partition() >= 0 else None,
-            "offset": off if off >= 0 else None, "key": rep._key, "value": rep._value,
-            "headers": rep._headers or None, "error": err, "timestamp": rep.timestamp(),
-            "latency": rep.latency(), "leader_epoch": None}
-    return m
+    part = rep.partition()
+    return _make({"topic": rep._topic, "partition": part if part >= 0 else None,
+                  "offset": off if off >= 0 else None, "key": rep._key, "value": rep._value,
+                  "headers": rep._headers or None, "error": err, "timestamp": rep.timestamp(),
+                  "latency": rep.latency(), "leader_epoch": None})

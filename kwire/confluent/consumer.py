@@ -15,7 +15,8 @@ from ..errors import ConfigError, KwireError
 from ..net.connection import ConnState
 from ._config import config_error, split_config
 from ._stats import Stats
-from ._types import (KafkaError, KafkaException, Message, TopicPartition, _event, _tp, _tps, _wrap,
+from . import _types
+from ._types import (KafkaError, KafkaException, TopicPartition, _event, _tps, _wrap, _wrap_list,
                      to_kafka_error, to_kafka_exception)
 
 log = logging.getLogger("kwire.confluent")
@@ -78,29 +79,25 @@ class Consumer:
     def poll(self, timeout=None):
         """The next Message (or error/event Message), or None after ``timeout`` seconds (None or
         -1: wait until there is one)."""
+        # The record path: one call into kwire, one wrap; everything else is off it.
         if self._closed:
             raise RuntimeError("Consumer closed")
-        t = _ck_timeout(timeout)
-        if t is None:
+        if timeout is None or timeout < 0:
             while True:  # in slices, so unknown topics / brokers down are reported meanwhile
-                m = self._poll(1.0)
+                m = self.poll(1.0)
                 if m is not None:
                     return m
-        return self._poll(t)
-
-    def _poll(self, timeout):
+        if self._stats is not None:
+            self._stats.maybe_emit(time.monotonic())
         try:
             r = self._c.poll(timeout)
         except KwireError as exc:
             return self._error_message(exc)
-        if r is not None:
-            if type(r) is _EOF:
-                return self._eof(r)
-            m = Message.__new__(Message)
-            m._r = r
-            m._f = None
-            return m
-        return self._idle()
+        if r is None:
+            return self._idle()
+        if type(r) is _EOF:
+            return self._eof(r)
+        return _wrap(r)
 
     def consume(self, num_messages=1, timeout=-1):
         """Up to ``num_messages`` Messages: waits up to ``timeout`` seconds (-1 / None: until
@@ -114,6 +111,8 @@ class Consumer:
         t = _ck_timeout(timeout)
         deadline = None if t is None else time.monotonic() + t
         while True:
+            if self._stats is not None:
+                self._stats.maybe_emit(time.monotonic())
             left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
             try:
                 recs = self._c.consume(num_messages, left)
@@ -122,20 +121,20 @@ class Consumer:
             if recs:
                 if type(recs[0]) is _EOF:
                     return [self._eof(recs[0])]
-                return list(map(_wrap, recs))
+                return _wrap_list(recs)
             ev = self._idle()
             if ev is not None:
                 return [ev]
             if num_messages == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return []
 
-    def _eof(self, e) -> Message:
+    def _eof(self, e):
         return _event(e.topic, e.partition, e.offset, KafkaError(
             KafkaError._PARTITION_EOF,
             f"Fetch from broker reached end of partition at offset {e.offset} "
             f"(HighwaterMark {e.offset})"))
 
-    def _error_message(self, exc: BaseException) -> Message:
+    def _error_message(self, exc: BaseException):
         err = to_kafka_error(exc)
         parts = getattr(exc, "partitions", None) or []
         topic = partition = None
@@ -147,18 +146,19 @@ class Consumer:
         """Between records: report subscribed topics the cluster lacks (as an error message, once
         per topic) and all brokers down (to error_cb), at most once a second."""
         now = time.monotonic()
-        if self._stats is not None:
-            self._stats.maybe_emit(now)
         if now < self._next_check:
             return None
         self._next_check = now + _CHECK_EVERY_S
         self._check_brokers()
         md = self._c._md
-        if self._topics and md.updated_ms >= 0:
+        if self._topics:
             for t in self._topics:
                 if t.startswith("^"):
                     continue
-                if md.partitions_for(t) is None:
+                info = md.topic(t)  # what the cluster last said of it (None: not asked yet)
+                if info is None:
+                    continue
+                if info.error_code == KafkaError.UNKNOWN_TOPIC_OR_PART and not info.partitions:
                     if t not in self._reported_missing:
                         self._reported_missing.add(t)
                         return _event(t, None, None, KafkaError(
@@ -372,7 +372,7 @@ class _RecordView:
     __slots__ = ("topic", "partition", "offset", "leader_epoch")
 
     def __init__(self, m):
-        if not isinstance(m, Message):
+        if not isinstance(m, (_types.Message, _types.PyMessage)):
             raise TypeError("expected Message object")
         if m.error() is not None:
             raise KafkaException(KafkaError(KafkaError._INVALID_ARG,

@@ -1,0 +1,117 @@
+"""The confluent-kafka adapter's record path, in process: what kwire.confluent adds per record.
+
+Workload: 100,000 decoded kwire Records (8-byte key, 100-byte value).  The application touches
+each value, as bench/clients.py does:
+
+* ``native`` -- kwire's Record objects: ``len(r.value)``;
+* ``adapter-consume`` -- kwire.confluent's consume(): each Record wrapped in a Message,
+  ``m.error()`` checked and ``len(m.value())``, as a classic confluent-kafka loop does;
+* ``adapter-poll`` -- the same through one poll() per message, from a fake kwire consumer
+  whose poll() pops pre-decoded records (the driver thread and the network are out of it);
+* ``confluent-message-access`` -- real confluent-kafka Message objects (constructed up front:
+  only librdkafka can make consumed ones) checked the same way: the floor of its loop.
+
+The end-to-end comparison against confluent-kafka on a broker is bench/clients.py
+(``kwire-confluent``, ``kwire-confluent-poll``, ``confluent-kafka``, ``confluent-kafka-poll``).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from kwire.records import Record
+
+N = 100_000
+
+
+@pytest.fixture(scope="module")
+def records():
+    return [Record(i, 1_700_000_000_000 + i, 0, b"k%07d" % i, b"v" * 100, [], "t", i % 3, 0)
+            for i in range(N)]
+
+
+def test_native_records(benchmark, report, records):
+    def run():
+        nb = 0
+        for r in records:
+            v = r.value
+            if v is not None:
+                nb += len(v)
+        return nb
+    assert benchmark(run) == 100 * N
+    report("confluent-adapter: native Record loop", N)
+
+
+def test_adapter_consume(benchmark, report, records):
+    from kwire.confluent._types import _wrap_list
+
+    def run():
+        nb = 0
+        for m in _wrap_list(records):
+            if m.error() is not None:
+                continue
+            v = m.value()
+            if v is not None:
+                nb += len(v)
+        return nb
+    assert benchmark(run) == 100 * N
+    report("confluent-adapter: consume() loop", N)
+
+
+class _FakeKConsumer:
+    """kwire.Consumer's poll() reduced to popping pre-decoded records."""
+
+    def __init__(self, recs):
+        self._q = deque(recs)
+
+    def poll(self, timeout=None):
+        try:
+            return self._q.popleft()
+        except IndexError:
+            return None
+
+
+def test_adapter_poll(benchmark, report, records):
+    from kwire.confluent.consumer import Consumer
+
+    def setup():
+        c = Consumer.__new__(Consumer)
+        c._c = _FakeKConsumer(records)
+        c._closed = False
+        c._stats = None
+        c._next_check = float("inf")
+        return (c,), {}
+
+    def run(c):
+        nb = 0
+        while True:
+            m = c.poll(0)
+            if m is None:
+                break
+            if m.error() is not None:
+                continue
+            v = m.value()
+            if v is not None:
+                nb += len(v)
+        return nb
+    assert benchmark.pedantic(run, setup=setup, rounds=5) == 100 * N
+    report("confluent-adapter: poll() loop", N)
+
+
+def test_confluent_message_access(benchmark, report):
+    import confluent_kafka
+    msgs = [confluent_kafka.Message(topic="t", partition=i % 3, offset=i, key=b"k%07d" % i,
+                                    value=b"v" * 100) for i in range(N)]
+
+    def run():
+        nb = 0
+        for m in msgs:
+            if m.error() is not None:
+                continue
+            v = m.value()
+            if v is not None:
+                nb += len(v)
+        return nb
+    assert benchmark(run) == 100 * N
+    report("confluent-adapter: confluent-kafka Message access only", N)
