@@ -748,10 +748,10 @@ def test_streaming_detects_a_log_that_ends_below_the_start(registered, peer, uni
 
 
 @pytest.mark.parametrize("fail", [True, False], ids=["fail", "warn"])
-def test_streaming_detects_deleted_records(registered, peer, unique_topic, tmp_path, fail):
-    """The log start moved above the stream's position (DeleteRecords)."""
-    if isinstance(peer, TansuBroker):
-        pytest.skip("Tansu has no DeleteRecords (it closes the connection on the request)")
+def test_streaming_detects_deleted_records(registered, kafka, unique_topic, tmp_path, fail):
+    """The log start moved above the stream's position (DeleteRecords).  Apache Kafka only:
+    Tansu 0.6 has no DeleteRecords (it closes the connection on the request)."""
+    peer = kafka
     spark = registered
     create(peer, unique_topic, 1)
     fill(peer, unique_topic, 1, 10)
@@ -810,9 +810,10 @@ def test_group_offsets_committed_in_a_recreated_topic(spark, peer, unique_topic,
         offsets, ids = r.committed_with_ids(group, [tp])
         old_id = r.topic_ids([tp])[unique_topic]
     if isinstance(peer, TansuBroker):
+        # Tansu (0.6) answers OffsetFetch without the commit metadata, so the topic id cannot
+        # travel with the offsets there: what follows is Kafka's behaviour.
         assert offsets == {tp: 10} and ids == {}
-        pytest.skip("Tansu (0.6) answers OffsetFetch without the commit metadata, so the topic id "
-                    "cannot travel with the offsets there")
+        return
     assert offsets == {tp: 10} and ids == {unique_topic: old_id}  # Kafka keeps commit metadata
     recreate(peer, unique_topic, 1)
     fill(peer, unique_topic, 1, 20)
