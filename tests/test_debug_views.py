@@ -25,6 +25,7 @@ import pytest
 from kwire.debug.capture import decode_capture
 from kwire.protocol import api as P
 
+from .capture_util import pcap_records
 from .test_debug_capture import capturing, run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -465,14 +466,98 @@ def test_paths_that_are_not_capture_files(tmp_path, capsys):
     assert code == 2 and "no such file" in err
 
 
-def test_stdin_capture(scenario, decoded):
-    with open(scenario.pcap, "rb") as f:
-        proc = subprocess.run([sys.executable, "-m", "kwire", "decode", "-", "--port", str(scenario.port),
-                               "--no-auto", "--summary", "--format", "json"], stdin=f, capture_output=True,
-                              text=True, timeout=120, cwd=Path(__file__).parent.parent)
-    events = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [(e["packet"], e["correlation_id"]) for e in events] == [(i.packet, i.correlation_id)
-                                                                    for i in decoded.items]
+def test_stdin_is_decoded_as_it_streams(scenario, decoded):
+    """`kwire decode -`: the capture written into a pipe in two halves; the frames of the first
+    half are printed before the second is written, and in the end every frame is the one the
+    file decoder finds (same packet, correlation id, api, body)."""
+    data = scenario.pcap.read_bytes()
+    records = pcap_records(scenario.pcap)
+    half = records[len(records) // 2][0]  # a packet boundary
+    proc = subprocess.Popen([sys.executable, "-m", "kwire", "decode", "-", "--port", str(scenario.port), "--no-auto",
+                             "--format", "json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).parent.parent)
+    try:
+        proc.stdin.write(data[:half])
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())  # arrives while stdin is still open
+        assert first["kind"] == "request" and first["api"] == "ApiVersions"
+        proc.stdin.write(data[half:])
+        proc.stdin.close()
+        rest = [json.loads(line) for line in proc.stdout.read().splitlines()]
+        assert proc.wait(timeout=60) == 1  # the transaction APIs kwire lacks are undecoded
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = [first, *rest]
+    key = lambda e: (e["packet"], e["kind"], e["correlation_id"], e["api"])  # noqa: E731
+    streamed = sorted(key(e) for e in events if e["kind"] in ("request", "response"))
+    whole = sorted((i.packet, i.kind, i.correlation_id, i.api) for i in decoded.frames())
+    assert streamed == whole
+    by_key = {key(e): e for e in events}
+    for i in decoded.frames():
+        assert by_key[(i.packet, i.kind, i.correlation_id, i.api)]["body"] is not None
+    assert "kwire decode: " in proc.stderr.read().decode()
+
+
+def test_live_capture_of_a_running_consumer(kafka, scenario):
+    """`kwire decode -i lo`: frames of a consumer that is still running are printed as they are
+    paired (the first ones long before it stops); --count ends the capture."""
+    from kwire import Consumer
+
+    proc = subprocess.Popen([sys.executable, "-m", "kwire", "decode", "-i", "lo", "--port", str(kafka.port),
+                             "--format", "json", "--client-id", "kwire-live-views", "--count", "40"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parent.parent)
+    stop = threading.Event()
+    seen_while_running: list = []
+    errors: list = []
+
+    def consume() -> None:
+        try:
+            with Consumer({"bootstrap.servers": kafka.bootstrap, "client.id": "kwire-live-views",
+                           "group.id": f"live-{scenario.topic}", "auto.offset.reset": "earliest",
+                           "session.timeout.ms": 6000, "heartbeat.interval.ms": 200}) as c:
+                c.subscribe([scenario.topic])
+                while not stop.is_set():
+                    c.poll(0.1)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    try:
+        line = proc.stderr.readline().decode()
+        assert "listening on lo" in line, line + proc.stderr.read().decode()
+        t = threading.Thread(target=consume)
+        t.start()
+        try:
+            deadline = time.monotonic() + 60
+            while len(seen_while_running) < 40 and time.monotonic() < deadline:
+                out = proc.stdout.readline()
+                if not out:
+                    break
+                seen_while_running.append(json.loads(out))
+            assert t.is_alive()  # the consumer is still running: the output streamed
+        finally:
+            stop.set()
+            t.join(30)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not errors, errors
+    events = seen_while_running
+    assert len([e for e in events if e["kind"] in ("request", "response")]) == 40
+    assert all(e["client_id"] == "kwire-live-views" for e in events)
+    apis = [e["api"] for e in events]
+    assert apis[0] == "ApiVersions" and "JoinGroup" in apis and "SyncGroup" in apis
+    # Responses come after their requests, paired (rtt known), each with its packet number.
+    reqs = {}
+    for e in events:
+        if e["kind"] == "request":
+            reqs[(e["connection"], e["correlation_id"])] = e
+        else:
+            req = reqs[(e["connection"], e["correlation_id"])]
+            assert req["api"] == e["api"] and e["rtt_ms"] >= 0 and e["packet"] > req["packet"]
 
 
 def test_filters_go_with_captures_not_hex(capsys):

@@ -628,14 +628,6 @@ def split_frames(stream: Stream, plausible: Plausible, *, min_size: int) -> Iter
 
 # --- decoding a connection --------------------------------------------------------------------
 
-@dataclass
-class _Pending:
-    api_key: int
-    version: int
-    ts: float | None
-    item: Item
-
-
 def _describe_error(exc: Exception) -> str:
     pos = getattr(exc, "position", None)
     text = str(exc) or type(exc).__name__
@@ -665,6 +657,65 @@ def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tup
         if s is not None and s.end and not s.mid_start and request_start(s, 0) != NO:
             return conn.other(client), "auto"
     return None, ""
+
+
+def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]:
+    """One whole request frame (``payload``: after its size prefix) as an Item, and whether a
+    response will follow (not for Produce with acks=0).  ``where``: ts, packet, offset, client,
+    broker, connection.  A frame that does not decode becomes an ``undecoded`` item with its
+    partial decode; its header still pairs its response."""
+    frame = _I32.pack(size) + payload
+    key = version = corr = None
+    if len(payload) >= 8:
+        key, version, corr = P.peek_request_header(payload)
+    try:
+        rf = P.decode_request(payload, size_prefix=False)
+    except KwireError as exc:
+        part = partial_request(payload)
+        it = Item("undecoded", to_broker=True, data=frame, size_bytes=len(frame), api=api_name(key), api_key=key,
+                  version=version, correlation_id=corr, client_id=part.header.get("client_id"), problem=True,
+                  reason=f"request cannot be decoded: {part.reason or _describe_error(exc)}", partial=part, **where)
+        return it, corr is not None
+    it = Item("request", to_broker=True, api=rf.api.name, api_key=rf.api.key, version=rf.version,
+              correlation_id=rf.correlation_id, client_id=rf.client_id, size_bytes=len(frame), body=rf.body,
+              **where)
+    return it, not (rf.api.key == 0 and rf.body.get("acks") == 0)  # acks=0: the broker sends nothing
+
+
+def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -> Item:
+    """One whole response frame as an Item, decoded as the answer to ``req`` (the request item
+    with its correlation id, or None when the capture has none) and paired with it."""
+    frame = _I32.pack(size) + payload
+    corr = P.peek_correlation_id(payload)
+    common = dict(size_bytes=len(frame), correlation_id=corr, **where)
+    if req is not None and req.ts is not None and where.get("ts") is not None:
+        common["rtt_ms"] = round((where["ts"] - req.ts) * 1000.0, 3)
+    if req is None:
+        return Item("undecoded", to_broker=False, data=frame, problem=True, reason=(
+            f"response with correlation id {corr}: no request with that id on this connection "
+            "in the capture, so its api and version are unknown"), **common)
+    a = P.APIS.get(req.api_key)
+    if a is None:
+        it = Item("undecoded", to_broker=False, data=frame, problem=True, api=api_name(req.api_key),
+                  api_key=req.api_key, version=req.version,
+                  reason=f"response to {api_name(req.api_key)} (api key {req.api_key}), which kwire's "
+                         "protocol tables do not declare", **common)
+    else:
+        try:
+            rf = P.decode_response(a, req.version, payload, size_prefix=False)
+        except KwireError as exc:
+            part = partial_response(a, req.version, payload) if a.min_version <= req.version <= a.max_version \
+                else None
+            it = Item("undecoded", to_broker=False, data=frame, problem=True, api=a.name, api_key=a.key,
+                      version=req.version, partial=part,
+                      reason=f"{a.name} v{req.version} response cannot be decoded: "
+                             f"{part.reason if part is not None and part.reason else _describe_error(exc)}",
+                      **common)
+        else:
+            it = Item("response", to_broker=False, api=a.name, api_key=a.key, version=rf.version, body=rf.body,
+                      **common)
+    it.request, req.response = req, it
+    return it
 
 
 def _tls_items(streams_dir, item) -> bool:
@@ -721,7 +772,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         return result
 
     # Requests first: their headers tell us how to decode the responses.
-    pending: dict[int, deque[_Pending]] = {}
+    pending: dict[int, deque[Item]] = {}  # correlation id -> requests waiting for their response
     for piece in split_frames(up, request_start, min_size=MIN_REQUEST_BYTES):
         last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
         ts, packet = up.time_at(last_byte), up.packet_at(last_byte)
@@ -740,35 +791,19 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                 it.api = api_name(key)
                 if it.partial is not None:
                     it.client_id = it.partial.header.get("client_id")
-                pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
+                pending.setdefault(corr, deque()).append(it)
             continue
-        frame = _I32.pack(piece.size) + piece.data
-        key = version = corr = None
-        if len(piece.data) >= 8:
-            key, version, corr = P.peek_request_header(piece.data)
-        try:
-            rf = P.decode_request(piece.data, size_prefix=False)
-        except KwireError as exc:
-            part = partial_request(piece.data)
-            it = item("undecoded", True, ts=ts, packet=packet, offset=piece.offset, data=frame,
-                      size_bytes=len(frame), api=api_name(key), api_key=key, version=version,
-                      correlation_id=corr, client_id=part.header.get("client_id"), problem=True,
-                      reason=f"request cannot be decoded: {part.reason or _describe_error(exc)}", partial=part)
-            if corr is not None:
-                pending.setdefault(corr, deque()).append(_Pending(key, version, ts, it))
-            continue
-        it = item("request", True, ts=ts, packet=packet, offset=piece.offset, api=rf.api.name,
-                  api_key=rf.api.key, version=rf.version, correlation_id=rf.correlation_id,
-                  client_id=rf.client_id, size_bytes=len(frame), body=rf.body)
-        if rf.api.key == 0 and rf.body.get("acks") == 0:
-            continue  # Produce with acks=0: the broker sends no response
-        pending.setdefault(rf.correlation_id, deque()).append(_Pending(rf.api.key, rf.version, ts, it))
+        it, expect = decode_request_item(piece.data, piece.size, ts=ts, packet=packet, offset=piece.offset,
+                                         client=ctext, broker=btext, connection=index)
+        items.append(it)
+        if expect:
+            pending.setdefault(it.correlation_id, deque()).append(it)
 
     def unanswered() -> set:
         return {c for c, q in pending.items() if q}
 
-    def pair(resp: Item, req: _Pending) -> None:
-        resp.request, req.item.response = req.item, resp
+    def pair(resp: Item, req: Item) -> None:
+        resp.request, req.response = req, resp
 
     for piece in split_frames(down, response_start(unanswered), min_size=MIN_RESPONSE_BYTES):
         last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
@@ -784,46 +819,18 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                 q = pending.get(corr)
                 if q:
                     req = q.popleft()
-                    it.correlation_id, it.api_key, it.version, it.api = corr, req.api_key, req.version, req.item.api
+                    it.correlation_id, it.api_key, it.version, it.api = corr, req.api_key, req.version, req.api
                     pair(it, req)
                     if P.APIS.get(req.api_key) is not None:
                         it.partial = damaged_partial(
                             piece, lambda payload: partial_response(req.api_key, req.version, payload))
             continue
-        frame = _I32.pack(piece.size) + piece.data
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)
-        req = q.popleft() if q else None
-        common = dict(ts=ts, packet=packet, offset=piece.offset, size_bytes=len(frame), correlation_id=corr)
-        if req is not None and req.ts is not None and ts is not None:
-            common["rtt_ms"] = round((ts - req.ts) * 1000.0, 3)
-        if req is None:
-            item("undecoded", False, data=frame, problem=True, reason=(
-                f"response with correlation id {corr}: no request with that id on this connection "
-                "in the capture, so its api and version are unknown"), **common)
-            continue
-        a = P.APIS.get(req.api_key)
-        if a is None:
-            pair(item("undecoded", False, data=frame, problem=True, api=api_name(req.api_key),
-                      api_key=req.api_key, version=req.version,
-                      reason=f"response to {api_name(req.api_key)} (api key {req.api_key}), which kwire's "
-                             "protocol tables do not declare",
-                      **common), req)
-            continue
-        try:
-            rf = P.decode_response(a, req.version, piece.data, size_prefix=False)
-        except KwireError as exc:
-            part = partial_response(a, req.version, piece.data) if a.min_version <= req.version <= a.max_version \
-                else None
-            pair(item("undecoded", False, data=frame, problem=True, api=a.name, api_key=a.key,
-                      version=req.version, partial=part,
-                      reason=f"{a.name} v{req.version} response cannot be decoded: "
-                             f"{part.reason if part is not None and part.reason else _describe_error(exc)}",
-                      **common), req)
-            continue
-        pair(item("response", False, api=a.name, api_key=a.key, version=rf.version, body=rf.body, **common), req)
+        items.append(decode_response_item(piece.data, piece.size, q.popleft() if q else None, ts=ts, packet=packet,
+                                          offset=piece.offset, client=ctext, broker=btext, connection=index))
 
-    left = sorted((p.item.correlation_id, p.item.api) for qq in pending.values() for p in qq)
+    left = sorted((p.correlation_id, p.api or "?") for qq in pending.values() for p in qq)
     if left:
         last_ts = max((i.ts for i in items if i.ts is not None), default=None)
         shown = ", ".join(f"{api or '?'} #{c}" for c, api in left[:8]) + (" ..." if len(left) > 8 else "")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import binascii
-import io
+import signal
+import subprocess
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -29,7 +31,8 @@ examples:
   kwire decode traffic.pcap --api Fetch,ListOffsets --version 12-17 --topic orders
   kwire decode traffic.pcap --errors --summary     frames with a non-zero error code anywhere
   kwire decode traffic.pcap --stats                counts, errors, rtt percentiles, records, groups
-  tcpdump -i lo -w - port 9092 | kwire decode -    a capture on stdin (decoded at its end)
+  kwire decode -i lo --port 9092 --summary         live, streaming, until Ctrl-C
+  tcpdump -i lo -U -w - port 9092 | kwire decode - a capture on stdin, decoded as it streams
   kwire decode --hex 0000001f00120003... --request
   kwire decode --hex 00000001000000... --response --api ApiVersions --version 3
 
@@ -43,7 +46,12 @@ filters (capture files; all given must hold): --api NAME[,NAME] (names, keys or 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = USAGE_EXAMPLES
-    p.add_argument("capture", nargs="?", help="a .pcap or .pcapng capture file, or - for stdin")
+    p.add_argument("capture", nargs="?", help="a .pcap or .pcapng capture file, or - for a capture streamed on stdin")
+    p.add_argument("-i", "--interface", metavar="IFACE",
+                   help="capture live on this interface (through tcpdump, on the --port ports) and print "
+                        "frames as they are paired; Ctrl-C stops")
+    p.add_argument("--count", type=int, metavar="N",
+                   help="with -i or -: stop after N frames (requests and responses) were shown")
     p.add_argument("--port", action="append", type=int, metavar="PORT",
                    help="broker port of the Kafka connections (repeatable; default 9092)")
     p.add_argument("--no-auto", dest="auto", action="store_false",
@@ -102,8 +110,14 @@ _FILTER_ARGS = ("corr", "client_id", "broker", "group", "topic", "errors")
 def _run(args: argparse.Namespace, out) -> int:
     color = {"auto": None, "always": True, "never": False}[args.color]
     renderer = Renderer(args.format, args.records, stream=out, color=color, summary=args.summary)
-    if args.capture and args.hex:
-        return _usage("give a capture file or --hex, not both")
+    if sum(bool(x) for x in (args.capture, args.hex, args.interface)) > 1:
+        return _usage("give one of: a capture file, -i IFACE, --hex")
+    if args.count is not None and not (args.interface or args.capture == "-"):
+        return _usage("--count goes with -i or - (a live or streamed capture)")
+    if args.interface or args.capture == "-":
+        if args.request or args.response:
+            return _usage("--request/--response go with --hex")
+        return _run_live(args, renderer)
     if args.hex:
         used = [f"--{a.replace('_', '-')}" for a in _FILTER_ARGS if getattr(args, a)]
         if used or args.stats:
@@ -113,7 +127,7 @@ def _run(args: argparse.Namespace, out) -> int:
         if args.request or args.response:
             return _usage("--request/--response go with --hex")
         return _run_capture(args, renderer)
-    return _usage("give a capture file (.pcap/.pcapng) or --hex HEX; see kwire decode --help")
+    return _usage("give a capture file (.pcap/.pcapng), -i IFACE or --hex HEX; see kwire decode --help")
 
 
 def _decode_hex_frame(frame: bytes, args, api):
@@ -234,44 +248,8 @@ def _filters(args):
                    topics=args.topic or [], errors=args.errors)
 
 
-class _Rewindable(io.RawIOBase):
-    """A pipe that can seek back over what was read until the reader has looked at the file
-    header (dpkt tries pcap, then seeks to 0 and tries pcapng)."""
-
-    def __init__(self, raw, keep: int = 1 << 16):
-        self.raw, self.head, self.pos, self.keep = raw, b"", 0, keep
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        if self.pos < len(self.head):
-            chunk = self.head[self.pos:self.pos + len(b)]
-        else:
-            chunk = self.raw.read(len(b))
-            if len(self.head) < self.keep:
-                self.head += chunk
-        b[:len(chunk)] = chunk
-        self.pos += len(chunk)
-        return len(chunk)
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if whence != 0 or offset > len(self.head):
-            raise io.UnsupportedOperation("a pipe can only rewind over its first bytes")
-        self.pos = offset
-        return offset
-
-    def tell(self) -> int:
-        return self.pos
-
-
 def _open_capture(path: str):
-    """The capture as a path or (for "-") a readable stream; a usage message when it cannot be."""
-    if path == "-":
-        return io.BufferedReader(_Rewindable(sys.stdin.buffer)), None
+    """The capture's path, or a usage message when it cannot be read."""
     if os.path.isdir(path):
         return None, f"{path}: is a directory; give one capture file (for several: for f in {path}/*.pcap*; do kwire decode \"$f\"; done)"
     if not os.path.exists(path):
@@ -332,3 +310,122 @@ def _run_capture(args, renderer: Renderer) -> int:
         print(f"kwire decode: {summary}", file=sys.stderr)
     renderer.flush()
     return EXIT_UNDECODED if problems else EXIT_OK
+
+
+def _summary_text(s: dict, renderer: Renderer, matched: int | None) -> str:
+    text = (f"{s['requests']} requests, {s['responses']} responses on {s['kafka_connections']} "
+            f"Kafka connection(s) ({s['auto_detected']} auto-detected) in {s['packets']} packets; "
+            f"{s['undecoded']} undecodable piece(s) ({s['undecoded_bytes']} bytes), {s['gaps']} gap(s)")
+    if s.get("tls_connections"):
+        text += f", {s['tls_connections']} TLS connection(s) not decrypted"
+    if renderer.problems:
+        text += f", {renderer.problems} record payload(s) that could not be decoded"
+    if matched is not None:
+        text += f"; {matched} frame(s) matched the filters"
+    return text
+
+
+def _finish(args, renderer: Renderer, text: str) -> None:
+    if args.format == "text" and not args.stats:
+        renderer.stream.write(f"-- {text}\n")
+    else:
+        print(f"kwire decode: {text}", file=sys.stderr)
+    renderer.flush()
+
+
+def _tcpdump(args) -> subprocess.Popen:
+    tcpdump = shutil.which("tcpdump")
+    if tcpdump is None:
+        raise _UsageError("-i needs tcpdump (apt-get install tcpdump), which is not on PATH")
+    ports = args.port or [9092]
+    expr = " or ".join(f"tcp port {p}" for p in ports)
+    cmd = [tcpdump, "-i", args.interface, "-U", "-n", "-s", "0", "-w", "-", expr]
+    if os.geteuid() == 0:
+        cmd[1:1] = ["-Z", "root"]  # write as root: no privilege drop needed for a pipe
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stderr.readline().decode(errors="replace").strip()
+    if "listening on" not in line:
+        proc.wait(timeout=10)
+        rest = proc.stderr.read().decode(errors="replace").strip()
+        raise _UsageError(f"tcpdump could not capture on {args.interface}: {' '.join(x for x in (line, rest) if x)}")
+    print(f"kwire decode: {line}", file=sys.stderr)
+    return proc
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _run_live(args, renderer: Renderer) -> int:
+    """-i IFACE (tcpdump's output) or - (stdin): decoded as the packets arrive."""
+    from .capture import CaptureError
+    from .live import LiveDecoder, packets
+    from .select import topic_names_from
+
+    try:
+        filters = _filters(args)
+    except ValueError as exc:
+        return _usage(str(exc))
+    proc = None
+    if args.interface:
+        try:
+            proc = _tcpdump(args)
+        except _UsageError as exc:
+            return _usage(str(exc))
+        source = proc.stdout
+    else:
+        source = sys.stdin.buffer
+    decoder = LiveDecoder(args.port or [9092], auto_detect=args.auto and not args.interface)
+    shown = 0
+    kept: list = []
+    topic_names: dict = {}
+    filters.topic_names = renderer.topic_names = topic_names
+
+    def emit(items) -> bool:
+        nonlocal shown
+        for it in items:
+            if it.kind == "response" and it.api_key in (3, 19):
+                topic_names.update(topic_names_from([it]))
+            if filters.active and not filters.accepts(it):
+                continue
+            if args.stats:
+                kept.append(it)
+            else:
+                renderer.write(it.to_event())
+                renderer.flush()
+            if it.kind in ("request", "response"):
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    return False
+        return True
+
+    code = EXIT_OK
+    try:
+        for ts, buf, linktype in packets(source):
+            if not emit(decoder.feed(ts, buf, linktype)):
+                break
+        else:
+            emit(decoder.finish())
+    except KeyboardInterrupt:
+        pass
+    except CaptureError as exc:
+        print(f"kwire decode: {exc}", file=sys.stderr)
+        code = EXIT_UNDECODED
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if args.stats:
+        from .stats import capture_stats, stats_lines
+
+        stats = capture_stats(kept, topic_names)
+        renderer.stream.write((json.dumps(stats, ensure_ascii=False) if args.format == "json"
+                               else "\n".join(stats_lines(stats))) + "\n")
+    _finish(args, renderer, _summary_text(decoder.stats, renderer, shown if filters.active else None))
+    if code == EXIT_OK and (decoder.problems or renderer.problems) and args.count is None:
+        code = EXIT_UNDECODED
+    return code
