@@ -457,6 +457,27 @@ def test_tls_connection_is_reported_as_tls(tmp_path, capsys, kafka):
     assert "  TLS  " in out and "TLS connection(s) not decrypted" in out.splitlines()[-1]
 
 
+def test_connections_open_before_the_capture_are_auto_detected(tmp_path, scenario, decoded):
+    """The real capture from its middle (editcap keeps packets 150 on), decoded without naming
+    the broker's port: the connections already open are found from their first parseable
+    frames (no SYN to go by) and decode as they did in the whole capture."""
+    editcap = shutil.which("editcap")
+    assert editcap, "editcap is missing (tools/system-deps.sh installs tshark)"
+    late = tmp_path / "late.pcap"
+    subprocess.run([editcap, "-r", str(scenario.pcap), str(late), "150-100000"], check=True, timeout=60)
+    result = decode_capture(late)  # port 9092 and auto-detection: the broker's port is not named
+    assert result.stats["auto_detected"] >= 1
+    mid = [c for c in result.connections if not c.opened_in_capture]
+    assert mid, result.connections
+    whole = {(i.packet, i.kind, i.correlation_id): i for i in decoded.frames()}
+    frames = [i for i in result.frames() if i.connection in {c.index for c in mid}]
+    assert frames
+    for i in frames:
+        # Packet numbers restart at 1 in the cut file: 149 packets earlier in the whole one.
+        w = whole[(i.packet + 149, i.kind, i.correlation_id)]
+        assert (w.api, w.version, w.body, w.client_id) == (i.api, i.version, i.body, i.client_id)
+
+
 # --- robustness ----------------------------------------------------------------------------------
 
 def test_paths_that_are_not_capture_files(tmp_path, capsys):

@@ -53,6 +53,7 @@ MAX_FRAME_BYTES = 256 * 1024 * 1024  # larger sizes are taken as damage, not as 
 MIN_REQUEST_BYTES = 8  # api_key, api_version, correlation_id
 MIN_RESPONSE_BYTES = 4  # correlation_id
 RESYNC_WINDOW_BYTES = 4 * 1024 * 1024  # how far to look for the next frame after damage
+MID_START_SCAN_BYTES = 64 * 1024  # how far auto-detection looks into a connection already open
 
 _I32 = struct.Struct(">i")
 _REQ_HDR = struct.Struct(">ihhih")  # size, api_key, api_version, correlation_id, client_id length
@@ -656,6 +657,16 @@ def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tup
         s = streams.get(client)
         if s is not None and s.end and not s.mid_start and request_start(s, 0) != NO:
             return conn.other(client), "auto"
+    # A connection already open when the capture started: Kafka when one direction has two
+    # chained request headers kwire knows (a STRONG frame start) within its first bytes.
+    for client in (conn.a, conn.b):
+        s = streams.get(client)
+        if s is None or not s.mid_start or not s.end:
+            continue
+        for q in range(min(s.end, MID_START_SCAN_BYTES)):
+            if s.first_hole(q, q + 16) is None and request_start(s, q) == STRONG and q + 4 + _I32.unpack_from(
+                    s.data, q)[0] < s.end:
+                return conn.other(client), "auto"
     return None, ""
 
 
