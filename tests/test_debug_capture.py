@@ -438,7 +438,7 @@ def test_hex_errors(capsys):
         (["--hex", frame.hex(), "--response", "--api", "NoSuchApi", "--version", "1"], "unknown"),
         (["--hex", frame.hex(), "--api", "Fetch"], "describe a --response"),
         ([], "give a capture file"),
-        (["x.pcap", "--hex", "00"], "not both"),
+        (["x.pcap", "--hex", "00"], "give one of: a capture file, -i IFACE, --hex"),
         (["/nonexistent/x.pcap"], "no such file"),
     ]:
         code, _, err = run_cli(capsys, *argv)
