@@ -200,3 +200,38 @@ def brokers_down(ck, deadline_s=15):
     while ck.KafkaError._ALL_BROKERS_DOWN not in seen and time.monotonic() < end:
         p.poll(0.5)
     return {"all_down": ck.KafkaError._ALL_BROKERS_DOWN in seen}
+
+
+def _poll_n(c, n, deadline_s=60):
+    got = []
+    end = time.monotonic() + deadline_s
+    while len(got) < n and time.monotonic() < end:
+        m = c.poll(1.0)
+        if m is not None and m.error() is None:
+            got.append(m.offset())
+    return got
+
+
+def midway(ck, bootstrap, topic):
+    """Records poll() handed out, and no more, count: commit() without arguments, position(),
+    pause()/resume() and close() (auto commit) in the middle of what arrived."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = _consumer(ck, bootstrap, group, **{"enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    first = _poll_n(c, 3)
+    committed = [(p.partition, p.offset) for p in c.commit(asynchronous=False) if p.topic == topic]
+    position = [(p.partition, p.offset) for p in c.position([ck.TopicPartition(topic, 0)])]
+    c.pause([ck.TopicPartition(topic, 0)])
+    paused = c.poll(0.5)
+    c.resume([ck.TopicPartition(topic, 0)])
+    after_resume = _poll_n(c, 2)
+    c.close()
+    c = _consumer(ck, bootstrap, group, **{"enable.auto.commit": True, "auto.commit.interval.ms": 60000})
+    c.assign([ck.TopicPartition(topic, 0)])
+    resumed = _poll_n(c, 1)
+    c.close()  # auto commit on close: only what poll() handed out
+    c = _consumer(ck, bootstrap, group)
+    at_close = [(p.partition, p.offset) for p in c.committed([ck.TopicPartition(topic, 0)], timeout=10)]
+    c.close()
+    return {"first": first, "committed": committed, "position": position, "paused": paused,
+            "after_resume": after_resume, "resumed": resumed, "at_close": at_close}

@@ -96,3 +96,10 @@ def test_subscribe_unknown_topic_is_an_error_message(peer):
 
 def test_error_cb_all_brokers_down():
     assert prog.brokers_down(kwire.confluent) == prog.brokers_down(confluent_kafka) == {"all_down": True}
+
+
+def test_commit_position_pause_and_close_midway(peer, topics):
+    real, ours = both(prog.midway, peer, topics)
+    assert ours == real
+    assert ours["first"] == [0, 1, 2] and ours["committed"] == [(0, 3)] and ours["position"] == [(0, 3)]
+    assert ours["after_resume"] == [3, 4] and ours["resumed"] == [3] and ours["at_close"] == [(0, 4)]

@@ -70,6 +70,10 @@ class Consumer:
         self._next_check = 0.0
         self._all_down = False
         self._on_assign = self._on_revoke = self._on_lost = None
+        self._buf: list | None = None  # records poll() took from kwire and hands out one by one
+        self._bi = 0
+        self._batch = 1
+        self._handed_at = 0.0
         self._stats = Stats.maybe(extra, self, "consumer")
         if self._logger is not None:
             self._log_handler = _forward_logs(self._logger, extra.get("log_level"))
@@ -79,7 +83,18 @@ class Consumer:
     def poll(self, timeout=None):
         """The next Message (or error/event Message), or None after ``timeout`` seconds (None or
         -1: wait until there is one)."""
-        # The record path: one call into kwire, one wrap; everything else is off it.
+        # The record path: a message from the batch in hand, or one call into kwire for the
+        # next batch (see _refill).
+        buf = self._buf
+        if buf is not None:
+            i = self._bi
+            r = buf[i]
+            i += 1
+            if i == len(buf):
+                self._buf = None
+            else:
+                self._bi = i
+            return _wrap(r)
         if self._closed:
             raise RuntimeError("Consumer closed")
         if timeout is None or timeout < 0:
@@ -87,17 +102,13 @@ class Consumer:
                 m = self.poll(1.0)
                 if m is not None:
                     return m
-        if self._stats is not None:
-            self._stats.maybe_emit(time.monotonic())
-        try:
-            r = self._c.poll(timeout)
-        except KwireError as exc:
-            return self._error_message(exc)
-        if r is None:
-            return self._idle()
-        if type(r) is _EOF:
-            return self._eof(r)
-        return _wrap(r)
+        recs = self._refill(1_000_000_000, timeout)
+        if type(recs) is not list:
+            return recs  # an error/event Message, or None
+        if len(recs) > 1:
+            self._buf = recs
+            self._bi = 1
+        return _wrap(recs[0])
 
     def consume(self, num_messages=1, timeout=-1):
         """Up to ``num_messages`` Messages: waits up to ``timeout`` seconds (-1 / None: until
@@ -108,25 +119,109 @@ class Consumer:
             raise TypeError("num_messages must be an int")
         if num_messages < 0 or num_messages > 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
+        buf = self._buf
+        if buf is not None:  # what poll() left of its batch comes first
+            i = self._bi
+            j = i + num_messages
+            if j >= len(buf):
+                self._buf = None
+                return _wrap_list(buf[i:] if i else buf)
+            self._bi = j
+            return _wrap_list(buf[i:j])
         t = _ck_timeout(timeout)
         deadline = None if t is None else time.monotonic() + t
         while True:
-            if self._stats is not None:
-                self._stats.maybe_emit(time.monotonic())
             left = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            try:
-                recs = self._c.consume(num_messages, left)
-            except KwireError as exc:
-                return [self._error_message(exc)]
-            if recs:
-                if type(recs[0]) is _EOF:
-                    return [self._eof(recs[0])]
+            recs = self._refill(num_messages, left)
+            if type(recs) is list:
                 return _wrap_list(recs)
-            ev = self._idle()
-            if ev is not None:
-                return [ev]
+            if recs is not None:
+                return [recs]
             if num_messages == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return []
+
+    def _refill(self, limit, timeout):
+        """One call into kwire for up to ``limit`` records (poll(): ``self._batch``): a non-empty
+        list of Records, an error/event Message, or None.
+
+        poll() takes records from kwire in batches and hands them out one by one: kwire counts
+        a batch as consumed only when it is asked for the next one, i.e. after the application
+        had every message of it (at-least-once holds).  The batch starts at one record and
+        doubles while the application gets through batches in under 100 ms, up to 500; it
+        shrinks when a batch takes the application over a second, so that the time between
+        calls into kwire -- what max.poll.interval.ms watches -- stays near the time between
+        polls."""
+        if self._stats is not None:
+            self._stats.maybe_emit(time.monotonic())
+        if limit > self._batch:
+            took = time.monotonic() - self._handed_at  # the application's time for the last batch
+            if took < 0.1:
+                if self._batch < 500:
+                    self._batch *= 2
+            elif took > 1.0 and self._batch > 1:
+                self._batch = max(1, self._batch // 4)
+            limit = self._batch
+        try:
+            recs = self._c.consume(limit, timeout)
+        except KwireError as exc:
+            return self._error_message(exc)
+        self._handed_at = time.monotonic()
+        if not recs:
+            return self._idle()
+        if type(recs[0]) is _EOF:
+            return self._eof(recs[0])
+        return recs
+
+    # --- the batch poll() holds: kept out of kwire's view of what the application has ----------
+
+    def _held(self) -> dict:
+        """(topic, partition) -> the first record poll() holds and has not handed out."""
+        out: dict = {}
+        buf = self._buf
+        if buf is not None:
+            for r in buf[self._bi:]:
+                key = (r.topic, r.partition)
+                if key not in out:
+                    out[key] = r
+        return out
+
+    def _unread(self, tps=None) -> None:
+        """Give back the held records of ``tps`` (None: all): kwire's positions of what the
+        application has move back to the first of them, so that commits, pause() (which
+        fetches again from there) and close() count only what the application had."""
+        held = self._held()
+        if not held:
+            return
+        pos = self._c._pos
+        for key, r in held.items():
+            if tps is not None and key not in tps:
+                continue
+            prev = pos.get(key)
+            epoch = r.leader_epoch if r.leader_epoch >= 0 else None
+            pos[key] = (r.offset, epoch, prev[2] if prev is not None else 0)
+            self._c._dirty.add(key)
+        self._drop(tps)
+
+    def _drop(self, tps=None) -> None:
+        """Forget the held records of ``tps`` (None: all)."""
+        buf = self._buf
+        if buf is None:
+            return
+        if tps is None:
+            self._buf = None
+            return
+        rest = [r for r in buf[self._bi:] if (r.topic, r.partition) not in tps]
+        self._buf, self._bi = (rest, 0) if rest else (None, 0)
+
+    def _with_held(self, tps: list) -> list:
+        """kwire's positions, corrected for records poll() holds."""
+        held = self._held()
+        for tp in tps:
+            r = held.get((tp.topic, tp.partition))
+            if r is not None:
+                tp.offset = r.offset
+                object.__setattr__(tp, "leader_epoch", r.leader_epoch if r.leader_epoch >= 0 else None)
+        return tps
 
     def _eof(self, e):
         return _event(e.topic, e.partition, e.offset, KafkaError(
@@ -211,11 +306,13 @@ class Consumer:
         self._check()
         self._topics = []
         self._manual = None
+        self._unread()
         self._call(self._c.unsubscribe)
 
     def assign(self, partitions):
         self._check()
         parts = _in(partitions)
+        self._unread()
         self._call(self._c.assign, parts)
         if not self._topics:
             self._manual = {(p.topic, p.partition): None for p in parts}
@@ -230,12 +327,14 @@ class Consumer:
 
     def unassign(self):
         self._check()
+        self._unread()
         self._call(self._c.unassign)
         self._manual = None if self._topics else {}
 
     def incremental_unassign(self, partitions):
         self._check()
         parts = _in(partitions)
+        self._unread({(p.topic, p.partition) for p in parts})
         self._call(self._c.incremental_unassign, parts)
         if self._manual is not None:
             for p in parts:
@@ -262,6 +361,10 @@ class Consumer:
         rec = None
         if message is not None:
             rec = _RecordView(message)
+        elif offsets is None and self._buf is not None:
+            # poll() holds records kwire counts as the application's: commit what it had
+            offsets = self._with_held(_tps(self._c.position(self._c.assignment())))
+            offsets = [tp for tp in offsets if tp.offset >= 0]
         try:
             res = self._c.commit(message=rec, offsets=None if offsets is None else _in(offsets),
                                  asynchronous=asynchronous)
@@ -295,15 +398,20 @@ class Consumer:
 
     def position(self, partitions):
         self._check()
-        return _tps(self._call(self._c.position, _in(partitions)))
+        return self._with_held(_tps(self._call(self._c.position, _in(partitions))))
 
     def seek(self, partition):
         self._check()
+        if not isinstance(partition, TopicPartition):
+            raise TypeError("expected TopicPartition")
+        self._drop({(partition.topic, partition.partition)})
         self._call(self._c.seek, partition)
 
     def pause(self, partitions):
         self._check()
-        self._call(self._c.pause, _in(partitions))
+        parts = _in(partitions)
+        self._unread({(p.topic, p.partition) for p in parts})
+        self._call(self._c.pause, parts)
 
     def resume(self, partitions):
         self._check()
@@ -336,6 +444,7 @@ class Consumer:
         if self._closed:
             return None
         self._closed = True
+        self._unread()
         try:
             self._c.close()
         finally:
