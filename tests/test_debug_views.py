@@ -478,6 +478,56 @@ def test_connections_open_before_the_capture_are_auto_detected(tmp_path, scenari
         assert (w.api, w.version, w.body, w.client_id) == (i.api, i.version, i.body, i.client_id)
 
 
+# --- live traces show what crossed the wire -----------------------------------------------
+
+def test_trace_shows_the_bodies_the_capture_shows(kafka, tmp_path):
+    """kwire's NetworkClient traced (JSON) while tcpdump captures the same connection: for every
+    frame the trace body is the captured frame's body as its bytes carry it -- no field its
+    version lacks, no tagged field the encoder did not send."""
+    import io
+
+    from kwire.debug.names import annotate
+    from kwire.debug.partial import decode_as_sent
+    from kwire.debug.trace import make_tracer
+    from kwire.net import NetworkClient
+
+    out = io.StringIO()
+    with capturing(kafka.port, tmp_path) as pcap:
+        client = NetworkClient({"bootstrap.servers": kafka.bootstrap, "client.id": "kwire-trace"},
+                               tracer=make_tracer("json", stream=out))
+        try:
+            # The dict holds a field Metadata v12 does not have and leaves tagged fields out.
+            client.request(None, "Metadata", lambda v: {"topics": [{"name": MISSING_TOPIC, "not_a_field": 1}],
+                                                        "allow_auto_topic_creation": False}, timeout_ms=10_000)
+        finally:
+            client.close()
+    traced = [json.loads(line) for line in out.getvalue().splitlines()]
+    result = decode_capture(pcap, ports=[kafka.port], auto_detect=False)
+    frames = {(i.kind, i.api, i.correlation_id): i for i in result.frames()
+              if (i.client_id or (i.request and i.request.client_id)) == "kwire-trace"}
+    assert {(e["kind"], e["api"]) for e in traced} == {("request", "ApiVersions"), ("response", "ApiVersions"),
+                                                      ("request", "Metadata"), ("response", "Metadata")}
+    for e in traced:
+        captured = frames[(e["kind"], e["api"], e["correlation_id"])]
+        a = P.api(captured.api)
+        if e["kind"] == "request":
+            plan, data = P.request_plan(a, captured.version), P.encode_request_body(a, captured.version, captured.body)
+        else:
+            plan, data = P.response_plan(a, captured.version), P.encode_response_body(a, captured.version,
+                                                                                       captured.body)
+        as_sent = P.to_jsonable(annotate(decode_as_sent(plan, data), a.key, e["kind"]))
+        assert e["body"] == as_sent, (e["api"], e["kind"])
+    md = next(e for e in traced if e["api"] == "Metadata" and e["kind"] == "request")
+    assert md["body"]["topics"] == [{"topic_id": "00000000-0000-0000-0000-000000000000", "name": MISSING_TOPIC}]
+    versions = next(e for e in traced if e["api"] == "ApiVersions" and e["kind"] == "response")
+    # Tagged fields Kafka did not send are not shown as if it had.
+    sent_tags = {"supported_features", "finalized_features_epoch", "finalized_features", "zk_migration_ready"}
+    assert sent_tags & set(versions["body"]) == sent_tags & set(
+        decode_as_sent(P.response_plan("ApiVersions", versions["version"]),
+                       P.encode_response_body("ApiVersions", versions["version"],
+                                              frames[("response", "ApiVersions", versions["correlation_id"])].body)))
+
+
 # --- robustness ----------------------------------------------------------------------------------
 
 def test_paths_that_are_not_capture_files(tmp_path, capsys):

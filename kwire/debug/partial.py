@@ -25,7 +25,7 @@ from ..errors import KwireError, ProtocolError, TrailingBytesError, TruncatedErr
 from ..protocol import api as P
 from .names import Name, api_name
 
-__all__ = ["Partial", "partial_request", "partial_response"]
+__all__ = ["Partial", "decode_as_sent", "partial_request", "partial_response"]
 
 SIZE_PREFIX = 4
 
@@ -196,3 +196,14 @@ def partial_response(api, version: int, payload) -> Partial:
         result.position = p if p is not None else r.pos
         return result
     return _body(plan, mv, r.pos, result)
+
+
+def decode_as_sent(plan, data) -> dict:
+    """A whole message body as the bytes carry it: like the strict decoders, except that tagged
+    fields the bytes do not carry are left out instead of filled in with their defaults.
+    Raises :class:`~kwire.errors.ProtocolError` on anything wrong or left over."""
+    mv = _framed(data)
+    result = _body(plan, mv, SIZE_PREFIX, Partial())
+    if not result.complete or result.reason:
+        raise ProtocolError(result.describe(), position=result.position)
+    return result.body

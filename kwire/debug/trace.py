@@ -13,7 +13,10 @@
 The network client calls the tracer with a dict per frame: ``direction`` ("send"/"recv"),
 ``node_id``, ``address``, ``api`` (name), ``api_key``, ``version``, ``correlation_id``,
 ``size_bytes``, ``rtt_ms`` (responses) and ``body``.  :func:`normalize_event` turns it into the
-event shape render.py shares with decoded captures.  (The network client also writes a one-line
+event shape render.py shares with decoded captures, the body re-encoded at the frame's version
+and decoded back (:func:`wire_body`), so the trace shows what the bytes carry: no field the
+version lacks, no tagged field the encoder left out.  (What the event itself lacks -- the
+client id, the local address, rtt finer than milliseconds -- the tracer cannot add.)  (The network client also writes a one-line
 summary of each frame to the ``kwire.protocol`` logger at DEBUG by itself; the rendered frames
 go to its child ``kwire.protocol.trace`` so the two can be routed apart.)
 """
@@ -27,6 +30,7 @@ from typing import Any, Callable, TextIO
 
 from ..errors import KwireError
 from ..protocol import api as P
+from .partial import decode_as_sent
 from .render import Renderer, to_json_event
 
 __all__ = ["TRACE_LOGGER", "enable_protocol_log", "make_tracer", "normalize_event"]
@@ -44,8 +48,27 @@ def _address(value: Any) -> str | None:
     return str(value)
 
 
-def normalize_event(event: dict) -> dict:
-    """A NetworkClient trace event in render.py's event shape."""
+def wire_body(kind: str, api: str | int | None, version: int | None, body: Any) -> Any:
+    """The body as it crosses the wire: encoded at the frame's version and decoded back, so a
+    field the version does not have, or a tagged field left at its default (which encoders do
+    not send), is not shown.  The body as given when it cannot be encoded (that is the
+    client's error to report, not the tracer's)."""
+    if not isinstance(body, dict) or api is None or version is None:
+        return body
+    try:
+        a = P.api(api)
+        if kind == "request":
+            plan, data = P.request_plan(a, version), P.encode_request_body(a, version, body)
+        else:
+            plan, data = P.response_plan(a, version), P.encode_response_body(a, version, body)
+        return decode_as_sent(plan, data)
+    except (KwireError, KeyError, TypeError, ValueError):
+        return body
+
+
+def normalize_event(event: dict, *, as_sent: bool = True) -> dict:
+    """A NetworkClient trace event in render.py's event shape; ``as_sent``: the body as the
+    bytes carry it (:func:`wire_body`), not the dict the client gave the encoder."""
     to_broker = str(event.get("direction", "")).lower() in _SEND
     api, key = event.get("api"), event.get("api_key")
     if isinstance(api, P.Api):
@@ -64,13 +87,17 @@ def normalize_event(event: dict) -> dict:
         ts = event.get("time")
     if not isinstance(ts, (int, float)):
         ts = time.time()
+    kind = "request" if to_broker else "response"
+    body = event.get("body")
+    if as_sent and body is not None:
+        body = wire_body(kind, key if key is not None else api, event.get("version"), body)
     return {
-        "kind": "request" if to_broker else "response", "ts": ts, "client": None,
+        "kind": kind, "ts": ts, "client": None,
         "broker": _address(event.get("address")), "node_id": event.get("node_id"), "to_broker": to_broker,
         "connection": None, "api": api, "api_key": key, "version": event.get("version"),
         "correlation_id": event.get("correlation_id"),
         "client_id": event.get("client_id"), "size_bytes": event.get("size_bytes"),
-        "rtt_ms": event.get("rtt_ms"), "body": event.get("body"),
+        "rtt_ms": event.get("rtt_ms"), "body": body,
         "reason": None, "data": None, "offset": None,
     }
 
