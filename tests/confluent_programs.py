@@ -235,3 +235,21 @@ def midway(ck, bootstrap, topic):
     c.close()
     return {"first": first, "committed": committed, "position": position, "paused": paused,
             "after_resume": after_resume, "resumed": resumed, "at_close": at_close}
+
+
+def placement(ck, bootstrap, topic, partitioner=None):
+    """Where keyed messages land (no partition given), with a partitioner or the default."""
+    conf = {"bootstrap.servers": bootstrap}
+    if partitioner:
+        conf["partitioner"] = partitioner
+    out = {}
+    p = ck.Producer(conf)
+    for i in range(40):
+        key = f"key-{i}".encode()
+        p.produce(topic, b"v", key=key,
+                  on_delivery=lambda err, msg: out.__setitem__(msg.key(), msg.partition()))
+    p.produce(topic, b"v", key=b"", on_delivery=lambda err, msg: out.__setitem__(b"", msg.partition()))
+    assert p.flush(30) == 0
+    if partitioner in (None, "consistent_random", "murmur2_random", "fnv1a_random"):
+        out.pop(b"", None)  # random for an empty key
+    return out

@@ -103,3 +103,14 @@ def test_commit_position_pause_and_close_midway(peer, topics):
     assert ours == real
     assert ours["first"] == [0, 1, 2] and ours["committed"] == [(0, 3)] and ours["position"] == [(0, 3)]
     assert ours["after_resume"] == [3, 4] and ours["resumed"] == [3] and ours["at_close"] == [(0, 4)]
+
+
+@pytest.mark.parametrize("partitioner", [None, "consistent_random", "consistent", "murmur2_random",
+                                         "murmur2", "fnv1a_random"])
+def test_key_placement_as_confluent(peer, create_topic, unique_topic, partitioner):
+    topic = unique_topic
+    assert create_topic(peer, topic, 5) == 5
+    real = prog.placement(confluent_kafka, peer.bootstrap, topic, partitioner)
+    ours = prog.placement(kwire.confluent, peer.bootstrap, topic, partitioner)
+    assert len(ours) >= 40 and len(set(ours.values())) > 1
+    assert ours == real

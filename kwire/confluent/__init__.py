@@ -9,8 +9,8 @@ What differs from confluent-kafka, and why:
 
 * ``KafkaError`` is a real exception class (a subclass of ``KafkaException`` whose ``args[0]``
   is itself); confluent-kafka's is an object the C extension can raise.
-* The default partitioner is kwire's (Java's murmur2_random), not librdkafka's
-  consistent_random: set ``partitioner=consistent_random`` to place keys as confluent-kafka does.
+* The Producer's default partitioner is librdkafka's consistent_random (kwire's own Producer
+  defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
   them with the reason); ``group.protocol=consumer`` (KIP-848) and transactions are refused.
 * ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).

@@ -47,6 +47,9 @@ class Producer:
         if len(args) > 1:
             raise TypeError("expected configuration dict")
         kconf, extra = split_config(args[0] if args else None, kwargs, "producer")
+        # librdkafka's default partitioner (kwire's own is Java's murmur2_random): keys land
+        # where confluent-kafka puts them
+        kconf.setdefault("partitioner", "consistent_random")
         dr = extra.get("on_delivery") or extra.get("dr_cb") or extra.get("dr_msg_cb")
         if dr is not None:
             kconf["on_delivery"] = _report_cb(dr)
