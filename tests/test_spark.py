@@ -36,10 +36,15 @@ pytestmark = [pytest.mark.spark, pytest.mark.tansu]
 
 # --- helpers ------------------------------------------------------------------------------------
 
-def create(tansu, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})
+def create(peer, topic: str, partitions: int) -> None:
+    """Create ``topic`` and wait until Metadata shows it with leaders: Apache Kafka answers
+    CreateTopics once the controller committed the topic, before brokers serve it."""
+    admin = AdminClient({"bootstrap.servers": peer.bootstrap})
     for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         f.result(10)
+    from kwire.admin import Admin
+    with Admin({"bootstrap.servers": peer.bootstrap}) as a:
+        a.wait_for_topics([topic], timeout=10)
 
 
 def produce(tansu, topic: str, records, **config) -> None:
@@ -74,10 +79,10 @@ def registered(spark):
 
 # --- what is read -------------------------------------------------------------------------------
 
-def test_subscribe_pattern_and_assign_select_partitions(tansu, unique_topic):
-    create(tansu, unique_topic + "-a", 2)
-    create(tansu, unique_topic + "-b", 1)
-    boot = {"kafka.bootstrap.servers": tansu.bootstrap}
+def test_subscribe_pattern_and_assign_select_partitions(peer, unique_topic):
+    create(peer, unique_topic + "-a", 2)
+    create(peer, unique_topic + "-b", 1)
+    boot = {"kafka.bootstrap.servers": peer.bootstrap}
 
     def partitions(**kw):
         with OffsetReader(ks.parse_options({**boot, **kw})) as r:
@@ -91,11 +96,18 @@ def test_subscribe_pattern_and_assign_select_partitions(tansu, unique_topic):
         partitions(assign='{"%s-a": [5]}' % unique_topic)
 
 
+@pytest.fixture(params=["kafka", "kafka39", "tansu"])
+def any_kafka_peer(request):
+    """Apache Kafka 4.3 and 3.9, and Tansu: the exact-records test runs on each."""
+    return request.getfixturevalue(request.param)
+
+
 # --- batch reads --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
-def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic, reader):
-    create(tansu, unique_topic, 3)
+def test_read_kafka_returns_exactly_the_records(spark, any_kafka_peer, unique_topic, reader):
+    peer = any_kafka_peer
+    create(peer, unique_topic, 3)
     expected = {}
     records = []
     for i in range(60):
@@ -105,10 +117,10 @@ def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic, read
         headers = [("n", b"%d" % i), ("empty", None)] if i % 2 else None
         records.append((p, key, value, headers))
         expected.setdefault(p, []).append((key, value, [("n", b"%d" % i), ("empty", None)] if i % 2 else []))
-    produce(tansu, unique_topic, records)
+    produce(peer, unique_topic, records)
 
     t0 = time.time()
-    df = ks.read_kafka(spark, reader=reader, **options(tansu, unique_topic, includeHeaders="true"))
+    df = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, includeHeaders="true"))
     assert df.schema == ks.kafka_schema(include_headers=True)
     rows = df.collect()
     got = {}
@@ -123,31 +135,31 @@ def test_read_kafka_returns_exactly_the_records(spark, tansu, unique_topic, read
     assert counts == {0: 20, 1: 20, 2: 20}
 
 
-def test_data_source_splits_ranges(registered, tansu, unique_topic):
+def test_data_source_splits_ranges(registered, peer, unique_topic):
     spark = registered
-    create(tansu, unique_topic, 2)
-    fill(tansu, unique_topic, 2, 30)
-    df = spark.read.format("kwire").options(**options(tansu, unique_topic, minPartitions=5)).load()
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 30)
+    df = spark.read.format("kwire").options(**options(peer, unique_topic, minPartitions=5)).load()
     assert df.rdd.getNumPartitions() == 5
     assert offsets_of(df) == {0: list(range(30)), 1: list(range(30))}
-    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxRecordsPerPartition=7)).load()
+    df = spark.read.format("kwire").options(**options(peer, unique_topic, maxRecordsPerPartition=7)).load()
     assert df.rdd.getNumPartitions() == 10  # ceil(30 / 7) = 5 per partition
     assert df.count() == 60
 
 
-@pytest.fixture(scope="module")
-def phases(tansu):
+@pytest.fixture
+def phases(peer):
     """A topic written in three phases A, B, C (10 records per partition each, offsets 0-9,
     10-19, 20-29), with the times T1 (between A and B) and T2 (between B and C)."""
     topic = f"t-phases-{time.time_ns()}"
-    create(tansu, topic, 2)
+    create(peer, topic, 2)
     times = []
     for phase in range(3):
         if phase:
             time.sleep(0.05)
             times.append(int(time.time() * 1000))
             time.sleep(0.05)
-        fill(tansu, topic, 2, 10, start=10 * phase)
+        fill(peer, topic, 2, 10, start=10 * phase)
     return topic, times[0], times[1]
 
 
@@ -170,41 +182,41 @@ def _ts(topic, t):
      {}),
 ], ids=["offsets-json", "ending-json-default", "timestamps-json", "starting-timestamp",
         "start-after-end-skipped", "timestamp-strategy-latest"])
-def test_starting_and_ending_offsets(spark, tansu, phases, form, expected):
+def test_starting_and_ending_offsets(spark, peer, phases, form, expected):
     topic, t1, t2 = phases
     kw = form(topic, t1, t2)
     if "startingOffsets" in kw and '"1": 25' in kw["startingOffsets"]:
         kw["failOnDataLoss"] = "false"  # t-1 would start at 25 but end at 10: skipped, not failed
-    df = ks.read_kafka(spark, **options(tansu, topic, **kw))
+    df = ks.read_kafka(spark, **options(peer, topic, **kw))
     assert offsets_of(df) == {p: list(r) for p, r in expected.items() if len(r)}
 
 
-def test_a_starting_timestamp_with_no_record_is_an_error(tansu, phases):
+def test_a_starting_timestamp_with_no_record_is_an_error(peer, phases):
     topic, _, t2 = phases
-    o = ks.parse_options(options(tansu, topic, startingTimestamp=t2 + 3_600_000))
+    o = ks.parse_options(options(peer, topic, startingTimestamp=t2 + 3_600_000))
     with OffsetReader(o) as r, pytest.raises(KwireError, match="no record at or after the starting timestamp"):
         r.plan_batch()
 
 
-def test_group_start_and_commit_round_trip(spark, tansu, unique_topic):
-    create(tansu, unique_topic, 2)
-    fill(tansu, unique_topic, 2, 10)
+def test_group_start_and_commit_round_trip(spark, peer, unique_topic):
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 10)
     group = unique_topic + "-g"
-    kw = options(tansu, unique_topic, startingOffsets="group", commitToGroup=group,
+    kw = options(peer, unique_topic, startingOffsets="group", commitToGroup=group,
                  **{"kafka.auto.offset.reset": "earliest"})
     df = ks.read_kafka(spark, **kw)
     assert df.count() == 20
     assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
 
-    fill(tansu, unique_topic, 2, 5, start=10)
+    fill(peer, unique_topic, 2, 5, start=10)
     df = ks.read_kafka(spark, **kw)
     assert offsets_of(df) == {0: list(range(10, 15)), 1: list(range(10, 15))}
     ks.await_commit(df, 30)
-    with OffsetReader(ks.parse_options(options(tansu, unique_topic))) as r:
+    with OffsetReader(ks.parse_options(options(peer, unique_topic))) as r:
         assert r.committed(group, [(unique_topic, 0), (unique_topic, 1)]) == \
             {(unique_topic, 0): 15, (unique_topic, 1): 15}
     # a group with nothing committed starts per kafka.auto.offset.reset
-    fresh = options(tansu, unique_topic, startingOffsets="group", **{"kafka.group.id": group + "-new",
+    fresh = options(peer, unique_topic, startingOffsets="group", **{"kafka.group.id": group + "-new",
                                                                       "kafka.auto.offset.reset": "latest"})
     assert ks.read_kafka(spark, **fresh).count() == 0
 
@@ -237,23 +249,23 @@ READERS = ["datasource", "mapInArrow", "rows"]
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_partial_actions_commit_nothing_until_an_action_reads_everything(spark, tansu, unique_topic, reader):
+def test_partial_actions_commit_nothing_until_an_action_reads_everything(spark, peer, unique_topic, reader):
     """show / take / limit / head read part of the ranges: nothing is committed (not even the
     ranges they happened to read to the end); the first action reading every range commits."""
     group = unique_topic + "-g"
-    df = commit_frame(spark, tansu, unique_topic, group, reader)
+    df = commit_frame(spark, peer, unique_topic, group, reader)
     nothing = {(unique_topic, 0): None, (unique_topic, 1): None}
     df.show(3)
     assert len(df.take(2)) == 2
     assert len(df.limit(12).collect()) == 12  # all of one partition, part of the other
     assert df.head() is not None
     settle(df, 4)
-    assert committed(tansu, unique_topic, group, 2) == nothing
+    assert committed(peer, unique_topic, group, 2) == nothing
     with pytest.raises(KafkaTimeoutError, match="has not happened within 0.1 s: .*nothing committed yet"):
         ks.await_commit(df, 0.1)
     assert df.count() == 20
     assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
-    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
+    assert committed(peer, unique_topic, group, 2) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
 
 
 def _fail_at_offset_7(column: str):
@@ -266,24 +278,24 @@ def _fail_at_offset_7(column: str):
 
 
 @pytest.mark.parametrize("reader", READERS)
-def test_failed_actions_commit_nothing(spark, tansu, unique_topic, reader):
+def test_failed_actions_commit_nothing(spark, peer, unique_topic, reader):
     """A failure in the read task itself (a UDF in the reading stage, after part of the range
     went through) and a failure in a later stage (after a shuffle: every read task succeeded)
     commit nothing; a later successful action does."""
     group = unique_topic + "-g"
-    df = commit_frame(spark, tansu, unique_topic, group, reader)
+    df = commit_frame(spark, peer, unique_topic, group, reader)
     with pytest.raises(Exception, match="boom at offset 7"):
         df.select(_fail_at_offset_7("offset")).collect()
     with pytest.raises(Exception, match="boom at offset 7"):
         df.repartition(3).select(_fail_at_offset_7("offset")).collect()
     settle(df, 2)
     assert "failed" in getattr(df.kwire_commit, "reason", "failed")
-    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
+    assert committed(peer, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
     assert df.groupBy("partition").count().count() == 2  # a derived DataFrame, every record read
     assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
 
 
-def test_a_failing_commit_is_raised_by_await_commit(spark, tansu, unique_topic, monkeypatch):
+def test_a_failing_commit_is_raised_by_await_commit(spark, peer, unique_topic, monkeypatch):
     from kwire.errors import CommitFailedError
 
     def refuse(self, group, offsets, metadata=None):
@@ -291,13 +303,13 @@ def test_a_failing_commit_is_raised_by_await_commit(spark, tansu, unique_topic, 
 
     monkeypatch.setattr(OffsetReader, "commit", refuse)
     group = unique_topic + "-g"
-    df = commit_frame(spark, tansu, unique_topic, group, "datasource")
+    df = commit_frame(spark, peer, unique_topic, group, "datasource")
     assert df.count() == 20
     with pytest.raises(CommitFailedError, match="refused for " + group):
         ks.await_commit(df, 30)
     assert df.kwire_commit.reason == f"committing to group {group!r} failed: refused for {group}"
     monkeypatch.undo()
-    assert committed(tansu, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
+    assert committed(peer, unique_topic, group, 2) == {(unique_topic, 0): None, (unique_topic, 1): None}
 
 
 def test_commit_needs_a_classic_session(tansu):
@@ -368,19 +380,19 @@ def test_check_complete_needs_every_range_and_every_record():
         [a], {("t", 0, 0, 10, 9, fa), ("t", 0, 0, 10, 8, fa ^ 8)}, 9, fa)
 
 
-def test_fail_on_data_loss(spark, tansu, unique_topic):
+def test_fail_on_data_loss(spark, peer, unique_topic):
     # Tansu has no DeleteRecords, so the lost offsets are ones past the end of the log.
-    create(tansu, unique_topic, 2)
-    fill(tansu, unique_topic, 2, 10)
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 10)
     gone = '{"%s": {"0": 50}}' % unique_topic
     with pytest.raises(ks.DataLossError, match="failOnDataLoss=false"):
-        ks.read_kafka(spark, **options(tansu, unique_topic, startingOffsets=gone))
-    df = ks.read_kafka(spark, **options(tansu, unique_topic, startingOffsets=gone, failOnDataLoss="false"))
+        ks.read_kafka(spark, **options(peer, unique_topic, startingOffsets=gone))
+    df = ks.read_kafka(spark, **options(peer, unique_topic, startingOffsets=gone, failOnDataLoss="false"))
     assert offsets_of(df) == {1: list(range(10))}
 
     # executors: a planned range past the end of the log
     sc = spark.sparkContext
-    config = {"bootstrap.servers": tansu.bootstrap}
+    config = {"bootstrap.servers": peer.bootstrap}
     rdd = ks.kafka_rdd(sc, config, [(unique_topic, 0, 5, 25)])
     with pytest.raises(Exception, match="DataLossError"):
         rdd.collect()
@@ -388,11 +400,11 @@ def test_fail_on_data_loss(spark, tansu, unique_topic):
     assert [r.offset for r in rdd.collect()] == list(range(5, 10))
 
 
-def test_kafka_rdd_rows(spark, tansu, unique_topic):
-    create(tansu, unique_topic, 2)
-    produce(tansu, unique_topic, [(i % 2, b"k%d" % i, b"v%d" % i, [("h", b"x")]) for i in range(20)])
+def test_kafka_rdd_rows(spark, peer, unique_topic):
+    create(peer, unique_topic, 2)
+    produce(peer, unique_topic, [(i % 2, b"k%d" % i, b"v%d" % i, [("h", b"x")]) for i in range(20)])
     ranges = [(unique_topic, 0, 2, 7), ks.OffsetRange(unique_topic, 1, 0, 10)]
-    rdd = ks.kafka_rdd(spark.sparkContext, {"bootstrap.servers": tansu.bootstrap}, ranges, include_headers=True)
+    rdd = ks.kafka_rdd(spark.sparkContext, {"bootstrap.servers": peer.bootstrap}, ranges, include_headers=True)
     assert rdd.getNumPartitions() == 2
     rows = rdd.collect()
     assert [(r.partition, r.offset) for r in rows] == [(0, o) for o in range(2, 7)] + [(1, o) for o in range(10)]
@@ -403,27 +415,27 @@ def test_kafka_rdd_rows(spark, tansu, unique_topic):
     assert df.count() == 15
 
 
-def test_max_partitions_packs_ranges_for_read_kafka_and_the_data_source(registered, tansu, unique_topic):
+def test_max_partitions_packs_ranges_for_read_kafka_and_the_data_source(registered, peer, unique_topic):
     spark = registered
-    create(tansu, unique_topic, 5)
-    fill(tansu, unique_topic, 5, 12)
+    create(peer, unique_topic, 5)
+    fill(peer, unique_topic, 5, 12)
     expected = {p: list(range(12)) for p in range(5)}
-    df = ks.read_kafka(spark, **options(tansu, unique_topic, maxPartitions=2))
+    df = ks.read_kafka(spark, **options(peer, unique_topic, maxPartitions=2))
     assert df.rdd.getNumPartitions() == 2 and offsets_of(df) == expected
     per_task = df.rdd.mapPartitions(lambda rows: [sorted({r.partition for r in rows})]).collect()
     assert sorted(per_task) == [[0, 2, 4], [1, 3]]  # 12 records each: 36 and 24
-    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxPartitions=2)).load()
+    df = spark.read.format("kwire").options(**options(peer, unique_topic, maxPartitions=2)).load()
     assert df.rdd.getNumPartitions() == 2 and offsets_of(df) == expected
-    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxPartitions=9)).load()
+    df = spark.read.format("kwire").options(**options(peer, unique_topic, maxPartitions=9)).load()
     assert df.rdd.getNumPartitions() == 5 and df.count() == 60
 
 
-def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
+def test_kafka_arrow_rdd_and_packed_partitions(spark, peer, unique_topic):
     """Arrow batches of exactly the planned ranges; num_partitions packs 5 ranges into 2 tasks
     of even record counts (rows and Arrow agree)."""
-    create(tansu, unique_topic, 5)
-    produce(tansu, unique_topic, [(i % 5, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)]) for i in range(100)])
-    config = {"bootstrap.servers": tansu.bootstrap}
+    create(peer, unique_topic, 5)
+    produce(peer, unique_topic, [(i % 5, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)]) for i in range(100)])
+    config = {"bootstrap.servers": peer.bootstrap}
     ranges = [(unique_topic, p, 2 * p, 20) for p in range(5)]  # 20, 18, 16, 14, 12 records
     sc = spark.sparkContext
     expected = sorted((p, o) for p in range(5) for o in range(2 * p, 20))
@@ -449,10 +461,10 @@ def test_kafka_arrow_rdd_and_packed_partitions(spark, tansu, unique_topic):
 
 
 @pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
-def test_read_kafka_readers_pack_and_start_where_asked(spark, tansu, unique_topic, reader):
-    create(tansu, unique_topic, 2)
-    fill(tansu, unique_topic, 2, 8)
-    df = ks.read_kafka(spark, reader=reader, **options(tansu, unique_topic, maxPartitions=1,
+def test_read_kafka_readers_pack_and_start_where_asked(spark, peer, unique_topic, reader):
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 8)
+    df = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, maxPartitions=1,
                                                        startingOffsets='{"%s": {"1": 3}}' % unique_topic))
     assert df.rdd.getNumPartitions() == 1
     assert offsets_of(df) == {0: list(range(8)), 1: list(range(3, 8))}
@@ -460,27 +472,27 @@ def test_read_kafka_readers_pack_and_start_where_asked(spark, tansu, unique_topi
 
 @pytest.mark.parametrize("missing, expected", [((), "datasource"), (("dataSource",), "mapInArrow"),
                                                (("dataSource", "pandas"), "rows"), (("pyarrow",), "rows")])
-def test_read_kafka_auto_picks_what_is_installed(spark, tansu, unique_topic, monkeypatch, missing, expected):
-    create(tansu, unique_topic, 1)
-    fill(tansu, unique_topic, 1, 5)
+def test_read_kafka_auto_picks_what_is_installed(spark, peer, unique_topic, monkeypatch, missing, expected):
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 5)
     have = spark_df._have
     monkeypatch.setattr(spark_df, "_have", lambda m: m not in missing and have(m))
     available = spark_df._data_source_available
     monkeypatch.setattr(spark_df, "_data_source_available",
                         lambda s: "dataSource" not in missing and available(s))
-    df = ks.read_kafka(spark, **options(tansu, unique_topic))
+    df = ks.read_kafka(spark, **options(peer, unique_topic))
     plan = df._jdf.queryExecution().analyzed().toString()  # its top node says which reader
     top = {"datasource": "RelationV2", "mapInArrow": "MapInArrow", "rows": "LogicalRDD"}[expected]
     assert plan.startswith(top), plan
     assert offsets_of(df) == {0: list(range(5))}
     with pytest.raises(ConfigError, match="reader must be one of"):
-        ks.read_kafka(spark, reader="jdbc", **options(tansu, unique_topic))
+        ks.read_kafka(spark, reader="jdbc", **options(peer, unique_topic))
 
 
-def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, tansu, unique_topic):
+def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, peer, unique_topic):
     spark = registered
-    create(tansu, unique_topic, 1)
-    p = Producer({"bootstrap.servers": tansu.bootstrap, "transactional.id": unique_topic})
+    create(peer, unique_topic, 1)
+    p = Producer({"bootstrap.servers": peer.bootstrap, "transactional.id": unique_topic})
     p.init_transactions(10)
     for txn in range(3):
         p.begin_transaction()
@@ -488,7 +500,7 @@ def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, tansu,
             p.produce(unique_topic, value=b"%d-%d" % (txn, i), partition=0)
         p.commit_transaction(10)
     # offsets: 0-2, marker 3, 4-6, marker 7, 8-10, marker 11
-    df = spark.read.format("kwire").options(**options(tansu, unique_topic, maxRecordsPerPartition=2)).load()
+    df = spark.read.format("kwire").options(**options(peer, unique_topic, maxRecordsPerPartition=2)).load()
     assert df.rdd.getNumPartitions() == 6  # several ranges end on a marker
     rows = sorted((r.offset, r.value) for r in df.collect())
     assert rows == [(o, b"%d-%d" % (o // 4, o % 4)) for o in range(12) if o % 4 != 3]
@@ -496,10 +508,10 @@ def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, tansu,
 
 # --- streaming ----------------------------------------------------------------------------------
 
-def test_streaming_micro_batches_read_new_records_exactly_once(registered, tansu, unique_topic, tmp_path):
+def test_streaming_micro_batches_read_new_records_exactly_once(registered, peer, unique_topic, tmp_path):
     spark = registered
-    create(tansu, unique_topic, 2)
-    fill(tansu, unique_topic, 2, 10)
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 10)
     group = unique_topic + "-g"
     seen: list[tuple[int, list]] = []
 
@@ -508,7 +520,7 @@ def test_streaming_micro_batches_read_new_records_exactly_once(registered, tansu
 
     def run():
         stream = (spark.readStream.format("kwire")
-                  .options(**options(tansu, unique_topic, startingOffsets="earliest", maxOffsetsPerTrigger=8,
+                  .options(**options(peer, unique_topic, startingOffsets="earliest", maxOffsetsPerTrigger=8,
                                      commitToGroup=group))
                   .load())
         q = (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
@@ -521,29 +533,29 @@ def test_streaming_micro_batches_read_new_records_exactly_once(registered, tansu
     assert sorted((p, o) for p, o, _ in first) == [(p, o) for p in range(2) for o in range(10)]
     assert all(len(rows) <= 8 for _, rows in seen) and len(seen) >= 3
 
-    fill(tansu, unique_topic, 2, 5, start=10)
+    fill(peer, unique_topic, 2, 5, start=10)
     n = len(seen)
     run()
     second = [r for _, rows in seen[n:] for r in rows]
     assert sorted((p, o) for p, o, _ in second) == [(p, o) for p in range(2) for o in range(10, 15)]
     assert {(p, o) for p, o, _ in second}.isdisjoint({(p, o) for p, o, _ in first})
     assert all(v == b"%d-%d" % (p, o) for p, o, v in first + second)
-    with OffsetReader(ks.parse_options(options(tansu, unique_topic))) as r:
+    with OffsetReader(ks.parse_options(options(peer, unique_topic))) as r:
         assert r.committed(group, [(unique_topic, 0), (unique_topic, 1)]) == \
             {(unique_topic, 0): 15, (unique_topic, 1): 15}
 
 
-def test_streaming_with_max_partitions_packs_each_micro_batch(registered, tansu, unique_topic, tmp_path):
+def test_streaming_with_max_partitions_packs_each_micro_batch(registered, peer, unique_topic, tmp_path):
     spark = registered
-    create(tansu, unique_topic, 3)
-    fill(tansu, unique_topic, 3, 6)
+    create(peer, unique_topic, 3)
+    fill(peer, unique_topic, 3, 6)
     seen: list[tuple[int, list]] = []
 
     def collect(batch_df, batch_id):
         seen.append((batch_df.rdd.getNumPartitions(), [(r.partition, r.offset) for r in batch_df.collect()]))
 
     stream = (spark.readStream.format("kwire")
-              .options(**options(tansu, unique_topic, startingOffsets="earliest", maxPartitions=1)).load())
+              .options(**options(peer, unique_topic, startingOffsets="earliest", maxPartitions=1)).load())
     q = (stream.writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
     assert q.awaitTermination(120) and q.exception() is None
@@ -570,11 +582,11 @@ def test_data_source_option_errors(registered, tansu):
         spark.read.format("kwire").options(**options(tansu, "t", commitToGroup="g")).load().collect()
 
 
-def test_missing_topic(registered, tansu, unique_topic):
+def test_missing_topic(registered, peer, unique_topic):
     with pytest.raises(UnknownTopicOrPartitionError, match=f"topic '{unique_topic}' does not exist"):
-        ks.read_kafka(registered, **options(tansu, unique_topic))
+        ks.read_kafka(registered, **options(peer, unique_topic))
     with pytest.raises(Exception, match="does not exist"):  # planning, before any task
-        registered.read.format("kwire").options(**options(tansu, unique_topic)).load().collect()
+        registered.read.format("kwire").options(**options(peer, unique_topic)).load().collect()
 
 
 def test_unreachable_cluster(registered):
