@@ -458,13 +458,16 @@ def test_tls_connection_is_reported_as_tls(tmp_path, capsys, kafka):
 
 
 def test_connections_open_before_the_capture_are_auto_detected(tmp_path, scenario, decoded):
-    """The real capture from its middle (editcap keeps packets 150 on), decoded without naming
-    the broker's port: the connections already open are found from their first parseable
-    frames (no SYN to go by) and decode as they did in the whole capture."""
+    """The real capture from its middle (editcap keeps the packets after kafka-python's first
+    JoinGroup request: its group conversation goes on), decoded without naming the broker's
+    port: the connections already open are found from their first parseable frames (no SYN to
+    go by) and decode as they did in the whole capture."""
     editcap = shutil.which("editcap")
     assert editcap, "editcap is missing (tools/system-deps.sh installs tshark)"
+    join = next(i for i in decoded.frames("request") if i.api == "JoinGroup" and i.client_id == scenario.kp_client_id)
+    first = join.packet + 1
     late = tmp_path / "late.pcap"
-    subprocess.run([editcap, "-r", str(scenario.pcap), str(late), "150-100000"], check=True, timeout=60)
+    subprocess.run([editcap, "-r", str(scenario.pcap), str(late), f"{first}-1000000"], check=True, timeout=60)
     result = decode_capture(late)  # port 9092 and auto-detection: the broker's port is not named
     assert result.stats["auto_detected"] >= 1
     mid = [c for c in result.connections if not c.opened_in_capture]
@@ -472,9 +475,11 @@ def test_connections_open_before_the_capture_are_auto_detected(tmp_path, scenari
     whole = {(i.packet, i.kind, i.correlation_id): i for i in decoded.frames()}
     frames = [i for i in result.frames() if i.connection in {c.index for c in mid}]
     assert frames
+    assert any(i.api in ("SyncGroup", "Heartbeat", "OffsetCommit") and i.client_id == scenario.kp_client_id
+               for i in frames)
     for i in frames:
-        # Packet numbers restart at 1 in the cut file: 149 packets earlier in the whole one.
-        w = whole[(i.packet + 149, i.kind, i.correlation_id)]
+        # Packet numbers restart at 1 in the cut file.
+        w = whole[(i.packet + first - 1, i.kind, i.correlation_id)]
         assert (w.api, w.version, w.body, w.client_id) == (i.api, i.version, i.body, i.client_id)
 
 

@@ -657,17 +657,36 @@ def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tup
         s = streams.get(client)
         if s is not None and s.end and not s.mid_start and request_start(s, 0) != NO:
             return conn.other(client), "auto"
-    # A connection already open when the capture started: Kafka when one direction has two
-    # chained request headers kwire knows (a STRONG frame start) within its first bytes.
+    # A connection already open when the capture started: Kafka when one direction holds two
+    # consecutive frames that decode strictly as requests within its first bytes.  (Headers
+    # alone are not enough: a response with a small correlation id reads as a Produce header.)
     for client in (conn.a, conn.b):
         s = streams.get(client)
-        if s is None or not s.mid_start or not s.end:
-            continue
-        for q in range(min(s.end, MID_START_SCAN_BYTES)):
-            if s.first_hole(q, q + 16) is None and request_start(s, q) == STRONG and q + 4 + _I32.unpack_from(
-                    s.data, q)[0] < s.end:
-                return conn.other(client), "auto"
+        if s is not None and s.mid_start and s.end and _two_requests_within(s, MID_START_SCAN_BYTES):
+            return conn.other(client), "auto"
     return None, ""
+
+
+def _two_requests_within(s: Stream, limit: int) -> bool:
+    def decodes(q: int) -> int | None:
+        """The offset after the request frame at ``q`` when it decodes, else None."""
+        if q + 4 > s.end:
+            return None
+        end = q + 4 + _I32.unpack_from(s.data, q)[0]
+        if end > s.end or s.first_hole(q, end) is not None:
+            return None
+        try:
+            P.decode_request(s.data[q + 4:end], size_prefix=False)
+        except KwireError:
+            return None
+        return end
+
+    for q in range(min(s.end, limit)):
+        if s.first_hole(q, q + 16) is None and request_start(s, q) == STRONG:
+            nxt = decodes(q)
+            if nxt is not None and decodes(nxt) is not None:
+                return True
+    return False
 
 
 def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]:

@@ -13,8 +13,8 @@ reads it) and ``kwire decode -`` reads any pcap/pcapng stream on stdin; both go 
 It is the batch decoder's simpler sibling (:mod:`kwire.debug.capture` reads a whole file
 first, so it can look ahead, reorder freely and report every byte); it shares its framing
 checks (``request_start``) and frame decoding (``decode_request_item``/``decode_response_item``).
-A connection is Kafka when one end is on one of the ports, or (auto-detection) when its first
-client bytes are a request header kwire knows.
+A connection is Kafka when one end is on one of the ports, or (auto-detection, for connections
+whose SYN the stream has) when the opener's first bytes are a request header kwire knows.
 """
 from __future__ import annotations
 
@@ -126,9 +126,9 @@ class LiveDecoder:
             client, broker = src, dst
         elif src[1] in self.ports:
             client, broker = dst, src
-        elif self.auto_detect:
-            c = _Conn(None, src if opening else src, dst)
-            c.undecided = True  # the first data from the opener decides
+        elif self.auto_detect and opening:
+            c = _Conn(None, src, dst)
+            c.undecided = True  # the opener's first bytes decide
             return c
         else:
             return _Conn(None, src, dst)  # not Kafka: tracked so it is not looked at again
