@@ -253,3 +253,42 @@ def placement(ck, bootstrap, topic, partitioner=None):
     if partitioner in (None, "consistent_random", "murmur2_random", "fnv1a_random"):
         out.pop(b"", None)  # random for an empty key
     return out
+
+
+def serializing(ck, bootstrap, topic, deadline_s=60):
+    """SerializingProducer / DeserializingConsumer with the basic serializers."""
+    from importlib import import_module
+    ser = import_module(ck.__name__ + ".serialization")
+    err = import_module(ck.__name__ + ".error")
+    p = ck.SerializingProducer({"bootstrap.servers": bootstrap,
+                                "key.serializer": ser.StringSerializer(),
+                                "value.serializer": ser.IntegerSerializer()})
+    for i in range(5):
+        p.produce(topic, key=f"k{i}", value=i * 1000, partition=0)
+    with_bad = None
+    try:
+        p.produce(topic, key="k", value="not an int", partition=0)
+    except err.ValueSerializationError as exc:
+        with_bad = exc.code
+    p.flush(-1)
+    c = ck.DeserializingConsumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                                  "auto.offset.reset": "earliest",
+                                  "key.deserializer": ser.StringDeserializer(),
+                                  "value.deserializer": ser.IntegerDeserializer()})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    got = []
+    end = time.monotonic() + deadline_s
+    while len(got) < 5 + prog_n(topic) and time.monotonic() < end:
+        try:
+            m = c.poll(1.0)
+        except err.ValueDeserializationError as exc:
+            got.append(("value-error", exc.code, exc.kafka_message.offset()))
+            continue
+        if m is not None:
+            got.append((m.key(), m.value(), m.deserialized_value()))
+    c.close()
+    return {"bad": with_bad, "got": got}
+
+
+def prog_n(topic):
+    return N // PARTITIONS  # the records the producer program put in partition 0 before

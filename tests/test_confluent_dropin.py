@@ -114,3 +114,10 @@ def test_key_placement_as_confluent(peer, create_topic, unique_topic, partitione
     ours = prog.placement(kwire.confluent, peer.bootstrap, topic, partitioner)
     assert len(ours) >= 40 and len(set(ours.values())) > 1
     assert ours == real
+
+
+def test_serializing_producer_and_deserializing_consumer(peer, topics):
+    real, ours = both(prog.serializing, peer, topics)
+    assert ours == real
+    assert ours["bad"] == confluent_kafka.KafkaError._VALUE_SERIALIZATION
+    assert ours["got"][-1] == ("k4", 4000, 4000)

@@ -158,7 +158,7 @@ def test_the_compiled_message_is_in_use_when_built():
         assert ck.MESSAGE_IMPLEMENTATION == "cython" and ck.Message is _compiled_message.Message
 
 METHODS = ("topic", "partition", "offset", "key", "value", "headers", "error", "timestamp",
-           "latency", "leader_epoch")
+           "latency", "leader_epoch", "deserialized_key", "deserialized_value", "delivery_count")
 
 
 def _all(m):
@@ -203,7 +203,8 @@ def test_consumed_message_wraps_a_record(kwire_type, confluent_type, twin):
     r = Record(7, 1234 if kwire_type >= 0 else -1, kwire_type, b"k", b"value", [("h", b"x")], "t", 2, 4)
     m = _wrap(r)
     assert _all(m) == ("t", 2, 7, b"k", b"value", [("h", b"x")], None,
-                       (confluent_type, 1234 if kwire_type >= 0 else -1), None, 4, 5)
+                       (confluent_type, 1234 if kwire_type >= 0 else -1), None, 4, b"k", b"value",
+                       None, 5)
     assert _wrap(Record(0, 0, 0, None, None, [], "t", 0, -1)).headers() is None
     assert _wrap(Record(0, 0, 0, None, None, [], "t", 0, -1)).leader_epoch() is None
     m.set_value(b"changed")                          # the record is not touched
@@ -431,3 +432,18 @@ def test_admin_client_argument_checks_and_unsupported_calls():
     with pytest.raises(KafkaException):
         fs["t"].result(30)
     a.close()
+
+
+def test_serializers_match_confluent():
+    from confluent_kafka import serialization as theirs
+
+    from kwire.confluent import serialization as ours
+    for name, obj in [("StringSerializer", "Jämtland"), ("IntegerSerializer", -5),
+                      ("DoubleSerializer", 1.5)]:
+        assert getattr(ours, name)()(obj) == getattr(theirs, name)()(obj)
+        de = name.replace("Serializer", "Deserializer")
+        assert getattr(ours, de)()(getattr(ours, name)()(obj)) == obj
+        assert getattr(ours, name)()(None) is None
+    with pytest.raises(ours.SerializationError):
+        ours.IntegerSerializer()("x")
+    assert str(ours.MessageField.VALUE) == "value"

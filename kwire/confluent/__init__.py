@@ -14,7 +14,7 @@ What differs from confluent-kafka, and why:
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
   them with the reason); ``group.protocol=consumer`` (KIP-848) and transactions are refused.
 * ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).
-* Not provided: the serializing/deserializing clients and schema registry, ``purge()``,
+* Not provided: the schema registry and its serializers, ``purge()``,
   ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and
   admin operations kwire's Admin lacks (they raise ``_NOT_IMPLEMENTED``).
 """
@@ -24,10 +24,11 @@ from .. import __version__ as _kwire_version
 from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
                      TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
                      KafkaError, KafkaException, Message, TopicPartition)
+from ._serializing import DeserializingConsumer, SerializingProducer
 from .consumer import Consumer
 from .producer import Producer
 
-__all__ = ["Consumer", "Producer", "Message", "KafkaError", "KafkaException", "TopicPartition",
+__all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer", "Message", "KafkaError", "KafkaException", "TopicPartition",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
            "ThrottleEvent", "version", "libversion", "admin"]

@@ -65,9 +65,10 @@ NO_OPS: dict[str, str] = {
     "check.crcs.interval": "librdkafka internals",
     "max.poll.records": "poll() returns one message and consume(n) up to n, whatever it says",
     "throttle_cb": "broker throttling is honoured by kwire but not reported",
-    "auto.commit.enable": "alias kept by librdkafka for topic configs; use enable.auto.commit",
     "offset.store.method": "offsets are always stored in the broker",
 }
+
+_ALIASES = {"auto.commit.enable": "enable.auto.commit"}  # librdkafka's topic-level alias
 
 # Implemented by the adapter (the Consumer/Producer classes read them from ``extra``).
 ADAPTER_KEYS = ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "stats_cb",
@@ -92,6 +93,9 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
         merged.update(dict(dtc))
     kconf: dict = {}
     extra: dict = {}
+    for old, new in _ALIASES.items():  # librdkafka's older names kwire's table does not have
+        if old in merged:
+            merged.setdefault(new, merged.pop(old))
     for k, v in merged.items():
         if not isinstance(k, str):
             raise TypeError("expected configuration property name as type str")

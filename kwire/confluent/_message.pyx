@@ -90,6 +90,18 @@ cdef class Message:
             return e if e >= 0 else None
         return self._f["leader_epoch"]
 
+    def deserialized_key(self):
+        """The key (after a DeserializingConsumer: the deserialized object)."""
+        return self.key()
+
+    def deserialized_value(self):
+        """The value (after a DeserializingConsumer: the deserialized object)."""
+        return self.value()
+
+    def delivery_count(self):
+        """Share groups only (KIP-932), which kwire does not implement: None."""
+        return None
+
     def latency(self):
         if self._f is None:
             return None

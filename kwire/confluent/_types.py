@@ -350,6 +350,18 @@ class PyMessage:
             return e if e >= 0 else None
         return f["leader_epoch"]
 
+    def deserialized_key(self):
+        """The key (after a DeserializingConsumer: the deserialized object)."""
+        return self.key()
+
+    def deserialized_value(self):
+        """The value (after a DeserializingConsumer: the deserialized object)."""
+        return self.value()
+
+    def delivery_count(self):
+        """Share groups only (KIP-932), which kwire does not implement: None."""
+        return None
+
     def latency(self):
         f = self._f
         return None if f is None else f["latency"]
