@@ -421,66 +421,79 @@ def test_damaged_real_response_as_hex(capsys, decoded):
 
 # --- TLS ----------------------------------------------------------------------------------------
 
-def test_tls_connection_is_reported_as_tls(tmp_path, capsys, kafka):
-    """kwire's client speaking TLS to a TLS-terminating proxy in front of Apache Kafka: the
-    capture of the proxy's port is reported as TLS (handshake, version), not as frames of
-    impossible sizes, and the decoder says it cannot decrypt it and how to."""
+@pytest.fixture(scope="module")
+def tls_capture(kafka, tmp_path_factory):
+    """kwire's client speaking TLS to a TLS-terminating proxy in front of Apache Kafka (Python's
+    ssl on both ends), captured on the proxy's port; the proxy writes its session keys to a key
+    log (SSLKEYLOGFILE format, as librdkafka's ssl.keylog.file does)."""
     from kwire.net import NetworkClient
 
     from .certs import TestCA
     from .tcp_proxy import TcpProxy
 
-    ca = TestCA(tmp_path, "kwire decode CA")
-    server = ca.issue("server", dns=["localhost"], ips=["127.0.0.1"])
-    with TcpProxy("127.0.0.1", kafka.port, tls=ca.server_context(server)) as proxy:
-        with capturing(proxy.port, tmp_path) as pcap:
+    d = tmp_path_factory.mktemp("tls")
+    ca = TestCA(d, "kwire decode CA")
+    ctx = ca.server_context(ca.issue("server", dns=["localhost"], ips=["127.0.0.1"]))
+    ctx.keylog_filename = str(d / "keys.log")
+    with TcpProxy("127.0.0.1", kafka.port, tls=ctx) as proxy:
+        with capturing(proxy.port, d) as pcap:
             client = NetworkClient({"bootstrap.servers": f"localhost:{proxy.port}", "security.protocol": "ssl",
-                                    "ssl.ca.location": ca.pem})
+                                    "ssl.ca.location": ca.pem, "client.id": "kwire-tls"})
             try:
-                client.request(None, "Metadata", lambda v: {"topics": []}, timeout_ms=10_000)
+                client.request(None, "Metadata", lambda v: {"topics": [{"name": MISSING_TOPIC}],
+                                                            "allow_auto_topic_creation": False}, timeout_ms=10_000)
             finally:
                 client.close()
-    result = decode_capture(pcap, ports=[proxy.port], auto_detect=False)
+    return pcap, proxy.port, d / "keys.log"
+
+
+def test_tls_connection_is_reported_as_tls(capsys, tls_capture):
+    """Without keys: reported as TLS (handshake, version, server name), not as frames of
+    impossible sizes, and the decoder says what it needs to decrypt."""
+    pcap, port, _ = tls_capture
+    result = decode_capture(pcap, ports=[port], auto_detect=False)
     tls = [i for i in result.items if i.kind == "tls"]
-    assert len({i.connection for i in tls}) >= 1
     # (The capture's probe connections end in the handshake: the proxy's lone alert is TLS too.)
     up = next(i for i in tls if i.to_broker)
     down = next(i for i in tls if not i.to_broker and i.connection == up.connection)
     assert any(i.reason.startswith("TLS (broker->client): 1 TLS records (1 alert)") for i in tls)
     assert "ClientHello" in up.reason and "server name 'localhost'" in up.reason
     assert "ServerHello" in down.reason and "TLS 1.3" in down.reason
-    assert "application_data" in up.reason and "tls.keylog_file" in up.reason
+    assert "application_data" in up.reason and "--tls-keylog FILE" in up.reason
     assert not any("impossible frame size" in (i.reason or "") for i in result.items)
     assert not result.frames()
-    code, out, _ = run_cli(capsys, str(pcap), "--port", str(proxy.port), "--no-auto")
+    code, out, _ = run_cli(capsys, str(pcap), "--port", str(port), "--no-auto")
     assert code == 1
     assert "  TLS  " in out and "TLS connection(s) not decrypted" in out.splitlines()[-1]
 
 
-def test_connections_open_before_the_capture_are_auto_detected(tmp_path, scenario, decoded):
-    """The real capture from its middle (editcap keeps the packets after kafka-python's first
-    JoinGroup request: its group conversation goes on), decoded without naming the broker's
-    port: the connections already open are found from their first parseable frames (no SYN to
-    go by) and decode as they did in the whole capture."""
-    editcap = shutil.which("editcap")
-    assert editcap, "editcap is missing (tools/system-deps.sh installs tshark)"
-    join = next(i for i in decoded.frames("request") if i.api == "JoinGroup" and i.client_id == scenario.kp_client_id)
-    first = join.packet + 1
-    late = tmp_path / "late.pcap"
-    subprocess.run([editcap, "-r", str(scenario.pcap), str(late), f"{first}-1000000"], check=True, timeout=60)
-    result = decode_capture(late)  # port 9092 and auto-detection: the broker's port is not named
-    assert result.stats["auto_detected"] >= 1
-    mid = [c for c in result.connections if not c.opened_in_capture]
-    assert mid, result.connections
-    whole = {(i.packet, i.kind, i.correlation_id): i for i in decoded.frames()}
-    frames = [i for i in result.frames() if i.connection in {c.index for c in mid}]
-    assert frames
-    assert any(i.api in ("SyncGroup", "Heartbeat", "OffsetCommit") and i.client_id == scenario.kp_client_id
-               for i in frames)
-    for i in frames:
-        # Packet numbers restart at 1 in the cut file.
-        w = whole[(i.packet + first - 1, i.kind, i.correlation_id)]
-        assert (w.api, w.version, w.body, w.client_id) == (i.api, i.version, i.body, i.client_id)
+def test_tls_decrypted_with_a_key_log(tmp_path, capsys, tls_capture):
+    """With the key log the Kafka frames inside TLS decode, paired, with their packet numbers;
+    a key log without this session's secrets says so."""
+    pcap, port, keylog = tls_capture
+    assert keylog.stat().st_size > 0
+    code, out, err = run_cli(capsys, str(pcap), "--port", str(port), "--no-auto", "--format", "json",
+                             "--tls-keylog", str(keylog))
+    events = [json.loads(line) for line in out.splitlines()]
+    frames = [e for e in events if e["kind"] in ("request", "response")]
+    kinds = [(e["kind"], e["api"]) for e in frames]
+    assert kinds[:2] == [("request", "ApiVersions"), ("response", "ApiVersions")]
+    assert set(kinds[2:]) == {("request", "Metadata"), ("response", "Metadata")}
+    # (The client's own metadata refresh may be left unanswered when it closes.)
+    assert 1 <= kinds.count(("response", "Metadata")) <= kinds.count(("request", "Metadata"))
+    assert all(e["client_id"] == "kwire-tls" and e["packet"] for e in frames)
+    md = [t for e in frames if e["kind"] == "response" and e["api"] == "Metadata"
+          for t in e["body"]["topics"] if t["name"] == MISSING_TOPIC][0]
+    assert (md["name"], md["error"]) == (MISSING_TOPIC, "UNKNOWN_TOPIC_OR_PARTITION")
+    assert frames[1]["rtt_ms"] is not None and frames[1]["packet"] > frames[0]["packet"]
+    assert "1 TLS connection(s) decrypted" in err
+    empty = tmp_path / "other.log"
+    empty.write_text("")
+    result = decode_capture(pcap, ports=[port], auto_detect=False, tls_keylog=empty)
+    assert not result.frames()
+    assert any("the key log has no secrets for this connection" in i.reason for i in result.items if i.kind == "tls")
+    code, _, err = run_cli(capsys, str(pcap), "--tls-keylog", str(tmp_path / "missing.log"))
+    assert code == 1 and "cannot read the key log" in err
 
 
 # --- live traces show what crossed the wire -----------------------------------------------

@@ -38,7 +38,7 @@ from ..errors import KwireError
 from ..protocol import api as P
 from .names import api_name
 from .partial import partial_request, partial_response
-from .tls import CANNOT_DECRYPT, find_tls, summarise_tls
+from .tls import CANNOT_DECRYPT, NO_KEYS, TlsKeylogError, decrypt_with_tshark, find_tls, summarise_tls
 
 try:
     import dpkt
@@ -748,23 +748,28 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
     return it
 
 
-def _tls_items(streams_dir, item) -> bool:
-    """Report TLS directions (one item each); True when the connection carries TLS."""
-    found = False
-    for stream, to_broker in streams_dir:
+def _tls_summaries(up: Stream, down: Stream) -> list:
+    """(direction's stream, to_broker, TlsSummary) of the directions that carry TLS."""
+    out = []
+    for stream, to_broker in ((up, True), (down, False)):
         start = find_tls(stream.data, mid_start=stream.mid_start)
-        if start is None:
-            continue
-        found = True
-        summary = summarise_tls(stream.data, start)
-        arrow = "client->broker" if to_broker else "broker->client"
-        item("tls", to_broker, ts=stream.time_at(start), packet=stream.packet_at(start), offset=start,
-             size_bytes=summary.bytes, problem=True, data=stream.data[start:start + 5 + 512],
-             reason=f"TLS ({arrow}): {summary.describe()}; {CANNOT_DECRYPT}")
-    return found
+        if start is not None:
+            out.append((stream, to_broker, summarise_tls(stream.data, start)))
+    return out
 
 
-def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict) -> list[Item]:
+def _plaintext_stream(chunks: list | None) -> Stream:
+    """A direction's decrypted bytes (from tshark: (packet, ts, data) in order) as a Stream."""
+    data, times = bytearray(), []
+    for packet, ts, chunk in chunks or ():
+        times.append((len(data), ts, packet))
+        data += chunk
+    return Stream(bytes(data), [], times, mid_start=False, closed=False)
+
+
+def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict,
+                       plaintext: dict | None = None) -> list[Item]:
+    """``plaintext``: tshark's decryption of the capture's TLS connections (--tls-keylog)."""
     client = conn.other(broker)
     ctext, btext = endpoint_text(client), endpoint_text(broker)
     empty = Stream(b"", [], [], mid_start=False, closed=False)
@@ -776,8 +781,21 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         items.append(it)
         return it
 
-    if _tls_items(((up, True), (down, False)), item):
-        return items
+    tls = _tls_summaries(up, down)
+    if tls:
+        arrow = {True: "client->broker", False: "broker->client"}
+        clear = {to_broker: (plaintext or {}).get((client, broker) if to_broker else (broker, client))
+                 for to_broker in (True, False)}
+        decrypted = any(clear.values())
+        for stream, to_broker, summary in tls:
+            why = ("decrypted with the key log (by tshark); the Kafka frames follow" if decrypted
+                   else NO_KEYS if plaintext is not None else CANNOT_DECRYPT)
+            item("tls", to_broker, ts=stream.time_at(summary.start), packet=stream.packet_at(summary.start),
+                 offset=summary.start, size_bytes=summary.bytes, problem=not decrypted,
+                 reason=f"TLS ({arrow[to_broker]}): {summary.describe()}; {why}")
+        if not decrypted:
+            return items
+        up, down = _plaintext_stream(clear[True]), _plaintext_stream(clear[False])
 
     arrow = {True: "client->broker", False: "broker->client"}
     for stream, to_broker in ((up, True), (down, False)):
@@ -869,13 +887,22 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     return items
 
 
-def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detect: bool = True) -> CaptureResult:
+def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detect: bool = True,
+                   tls_keylog: str | os.PathLike | None = None) -> CaptureResult:
     """Decode every Kafka frame in a capture.
 
     A connection is Kafka when one end uses one of ``ports`` (that end is the broker), or,
-    with ``auto_detect``, when one direction starts with a plausible request header.
+    with ``auto_detect``, when one direction starts with a plausible request header.  TLS
+    connections on ``ports`` are decrypted with ``tls_keylog`` (an SSLKEYLOGFILE) through
+    tshark (:func:`kwire.debug.tls.decrypt_with_tshark`; a CaptureError when that fails).
     """
     ports = set(int(p) for p in ports)
+    plaintext = None
+    if tls_keylog is not None:
+        try:
+            plaintext = decrypt_with_tshark(path, tls_keylog, sorted(ports))
+        except TlsKeylogError as exc:
+            raise CaptureError(str(exc)) from None
     conns, stats, notes = read_segments(path)
     items: list[Item] = list(notes)
     stats.update(tcp_connections=len(conns), kafka_connections=0, auto_detected=0, requests=0,
@@ -898,7 +925,7 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
         stats["auto_detected"] += how == "auto"
         found.append(KafkaConnection(index, endpoint_text(conn.other(broker)), endpoint_text(broker), how,
                                      conn.syn_from is not None))
-        items.extend(_decode_connection(conn, index, broker, streams))
+        items.extend(_decode_connection(conn, index, broker, streams, plaintext))
     if not stats["kafka_connections"]:
         seen = ", ".join(f"{n} on port {p}" for p, n in sorted(others.items())[:10]) or "none with data"
         items.append(Item("note", problem=True, reason=(
@@ -915,7 +942,8 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
             stats["undecoded_bytes"] += len(i.data or b"")
         elif i.kind == "gap":
             stats["gaps"] += 1
-    stats["tls_connections"] = len({i.connection for i in items if i.kind == "tls"})
+    stats["tls_connections"] = len({i.connection for i in items if i.kind == "tls" and i.problem})
+    stats["tls_decrypted"] = len({i.connection for i in items if i.kind == "tls" and not i.problem})
     # Stable: equal times keep the per-connection order (notes, gaps, requests, responses).
     items.sort(key=lambda i: i.ts if i.ts is not None else float("inf"))
     return CaptureResult(items, stats, found)

@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="broker port of the Kafka connections (repeatable; default 9092)")
     p.add_argument("--no-auto", dest="auto", action="store_false",
                    help="do not auto-detect Kafka connections on other ports")
+    p.add_argument("--tls-keylog", metavar="FILE",
+                   help="decrypt TLS connections on the --port ports with this key log (SSLKEYLOGFILE "
+                        "format, e.g. librdkafka's ssl.keylog.file), through tshark")
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text for people (default), json for scripts: one object per line")
     p.add_argument("--records", choices=RECORD_MODES, default="summary",
@@ -114,6 +117,8 @@ def _run(args: argparse.Namespace, out) -> int:
         return _usage("give one of: a capture file, -i IFACE, --hex")
     if args.count is not None and not (args.interface or args.capture == "-"):
         return _usage("--count goes with -i or - (a live or streamed capture)")
+    if args.tls_keylog and not (args.capture and args.capture != "-"):
+        return _usage("--tls-keylog goes with a capture file")
     if args.interface or args.capture == "-":
         if args.request or args.response:
             return _usage("--request/--response go with --hex")
@@ -272,7 +277,7 @@ def _run_capture(args, renderer: Renderer) -> int:
         return _usage(problem)
     ports = args.port or [9092]
     try:
-        result = decode_capture(source, ports=ports, auto_detect=args.auto)
+        result = decode_capture(source, ports=ports, auto_detect=args.auto, tls_keylog=args.tls_keylog)
     except CaptureError as exc:
         print(f"kwire decode: {exc}", file=sys.stderr)
         return EXIT_UNDECODED
@@ -300,6 +305,8 @@ def _run_capture(args, renderer: Renderer) -> int:
                f"{s['undecoded']} undecodable piece(s) ({s['undecoded_bytes']} bytes), {s['gaps']} gap(s)")
     if s.get("tls_connections"):
         summary += f", {s['tls_connections']} TLS connection(s) not decrypted"
+    if s.get("tls_decrypted"):
+        summary += f", {s['tls_decrypted']} TLS connection(s) decrypted"
     if renderer.problems:
         summary += f", {renderer.problems} record payload(s) that could not be decoded"
     if filters.active:

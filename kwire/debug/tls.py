@@ -11,17 +11,23 @@ A handshake record's fragment starts ``msg_type:uint8 length:uint24``; a ClientH
 the server name (SNI, extension 0) and a ServerHello (2) the negotiated version (extension 43,
 supported_versions, for TLS 1.3).
 
-Decryption is not done: a key log (SSLKEYLOGFILE) gives the secrets, but turning them into
-plaintext means re-implementing the TLS 1.2 PRF / TLS 1.3 key schedule and record layer for every
-cipher suite, which no well-kept Python library offers for captured traffic (``cryptography``
-has the primitives only; Wireshark/tshark does it with ``-o tls.keylog_file:FILE``).
+Decrypting needs the session secrets, which a key log (SSLKEYLOGFILE format: what librdkafka's
+``ssl.keylog.file``, Java's and Python's ``SSLContext.keylog_filename`` write) holds.  No
+well-kept Python library turns captured TLS plus a key log into plaintext (``cryptography`` has
+the primitives, not the TLS 1.2 PRF / TLS 1.3 key schedule and record layer for every cipher
+suite), so :func:`decrypt_with_tshark` asks Wireshark's ``tshark`` (the well-kept TLS
+implementation that does this) for each connection's decrypted application data, packet by
+packet, and kwire decodes the Kafka frames in it.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import struct
+import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["TlsSummary", "find_tls", "summarise_tls", "CANNOT_DECRYPT"]
+__all__ = ["TlsSummary", "decrypt_with_tshark", "find_tls", "summarise_tls", "CANNOT_DECRYPT", "NO_KEYS"]
 
 CONTENT_TYPES = {20: "change_cipher_spec", 21: "alert", 22: "handshake", 23: "application_data",
                  24: "heartbeat"}
@@ -29,9 +35,10 @@ VERSIONS = {0x0300: "SSL 3.0", 0x0301: "TLS 1.0", 0x0302: "TLS 1.1", 0x0303: "TL
 MAX_RECORD = (1 << 14) + 2048
 SCAN_BYTES = 64 * 1024  # how far into a stream that started mid-connection to look for records
 
-CANNOT_DECRYPT = ("kwire does not decrypt TLS: no well-kept Python library decrypts captured TLS "
-                  "from a key log (tshark does: tshark -o tls.keylog_file:KEYLOG -d tcp.port==PORT,tls "
-                  "-r CAPTURE), so capture the traffic on a plaintext listener to decode it")
+CANNOT_DECRYPT = ("encrypted: give the session keys with --tls-keylog FILE (SSLKEYLOGFILE format; "
+                  "decrypted through tshark), or capture a plaintext listener")
+NO_KEYS = ("encrypted, and the key log has no secrets for this connection (or tshark could not "
+           "use them)")
 
 _REC = struct.Struct(">BHH")
 
@@ -166,3 +173,39 @@ def summarise_tls(data: bytes, start: int) -> TlsSummary:
         pos = end
     s.bytes = min(pos, len(data)) - start
     return s
+
+
+class TlsKeylogError(Exception):
+    """tshark is missing or failed: the message says which and why."""
+
+
+def decrypt_with_tshark(capture: str | os.PathLike, keylog: str | os.PathLike, ports) -> dict:
+    """The decrypted application data of every TLS connection on ``ports`` in ``capture``:
+    ``{(source endpoint, destination endpoint): [(packet, ts, bytes), ...]}`` in capture order,
+    endpoints as ``(ip text, port)``."""
+    tshark = shutil.which("tshark")
+    if tshark is None:
+        raise TlsKeylogError("--tls-keylog needs tshark (Wireshark's command line, apt-get install tshark) "
+                             "to decrypt; it is not on PATH")
+    if not os.access(keylog, os.R_OK):
+        raise TlsKeylogError(f"{os.fspath(keylog)}: cannot read the key log")
+    cmd = [tshark, "-n", "-r", os.fspath(capture), "-o", f"tls.keylog_file:{os.fspath(keylog)}",
+           "--disable-protocol", "kafka"]
+    for p in ports:
+        cmd += ["-d", f"tcp.port=={int(p)},tls"]
+    cmd += ["-Y", "tls && data", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
+            "-e", "frame.number", "-e", "frame.time_epoch", "-e", "ip.src", "-e", "ipv6.src", "-e", "tcp.srcport",
+            "-e", "ip.dst", "-e", "ipv6.dst", "-e", "tcp.dstport", "-e", "data.data"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise TlsKeylogError(f"tshark could not decrypt: {proc.stderr.strip()[-500:]}")
+    out: dict = {}
+    for line in proc.stdout.splitlines():
+        f = line.split("\t")
+        if len(f) < 9 or not f[8]:
+            continue
+        src = (f[2] or f[3], int(f[4]))
+        dst = (f[5] or f[6], int(f[7]))
+        data = b"".join(bytes.fromhex(h) for h in f[8].split(","))
+        out.setdefault((src, dst), []).append((int(f[0]), float(f[1]), data))
+    return out
