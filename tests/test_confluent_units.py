@@ -447,3 +447,40 @@ def test_serializers_match_confluent():
     with pytest.raises(ours.SerializationError):
         ours.IntegerSerializer()("x")
     assert str(ours.MessageField.VALUE) == "value"
+
+
+def test_without_bootstrap_servers_nothing_is_reachable():
+    """As librdkafka with no brokers: requests fail or time out, messages expire, no error_cb."""
+    errors, docs = [], []
+    p = ck.Producer({"message.timeout.ms": 200, "error_cb": errors.append,
+                     "statistics.interval.ms": 50, "stats_cb": docs.append})
+    seen = []
+    p.produce("t", b"x", on_delivery=lambda err, msg: seen.append(err.code()))
+    assert p.flush(10) == 0 and seen == [KafkaError._MSG_TIMED_OUT]
+    assert errors == [] and docs and json.loads(docs[-1])["brokers"] == {}
+    c = ck.Consumer({"group.id": "g", "bootstrap.servers": None})
+    c.subscribe(["t"])
+    assert c.poll(0.2) is None
+    c.close()
+
+
+def test_librdkafka_wording_and_codes_of_argument_errors():
+    with pytest.raises(KafkaException, match='Invalid value for configuration property "partitioner": murmur'):
+        ck.Producer({"partitioner": "murmur"})
+    with pytest.raises(KafkaException, match='No such configuration property: "should.fail"'):
+        ck.Producer({"should.fail": False})
+    p = ck.Producer({"bootstrap.servers": NOWHERE})
+    for bad in [("a", "b"), [("malformed_header")], {"anint": 1234}, [(1, b"x")]]:
+        with pytest.raises(TypeError):
+            p.produce("t", b"v", headers=bad)
+    p.produce("t", b"v", headers=[("k", None), ("s", "str"), ("b", b"b")])
+    p.produce("t", b"v", headers={"k": None, "s": "str"})
+    c = _consumer(**{"enable.auto.offset.store": False})
+    c.assign([TopicPartition("test", 0)])
+    with pytest.raises(KafkaException) as e:
+        c.seek(TopicPartition("test", 0, 123))  # not fetched yet: librdkafka's _STATE too
+    assert e.value.args[0].code() == KafkaError._STATE and "Erroneous state" in str(e.value)
+    with pytest.raises(KafkaException) as e:
+        c.store_offsets(offsets=[TopicPartition("other", 0, 42)])
+    assert e.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+    c.close()

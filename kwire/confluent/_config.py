@@ -12,6 +12,7 @@ Anything else unknown is refused as confluent-kafka refuses it: KafkaException(_
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..config import _BY_NAME
@@ -75,6 +76,9 @@ ADAPTER_KEYS = ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "s
                 "statistics.interval.ms", "log_level", "group.protocol", "logger")
 
 
+NO_BROKERS = "127.0.0.1:0"
+
+
 def _invalid(text: str) -> KafkaException:
     return KafkaException(KafkaError(KafkaError._INVALID_ARG, text))
 
@@ -125,8 +129,28 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
         extra["statistics.interval.ms"] = ms
     if "logger" in extra:
         kconf["logger"] = extra["logger"]
+    for k in ("bootstrap.servers", "metadata.broker.list"):
+        if k in kconf and kconf[k] is None:  # None means unset, as in confluent-kafka
+            del kconf[k]
+    if "bootstrap.servers" not in kconf and "metadata.broker.list" not in kconf:
+        # librdkafka starts without brokers (requests time out, messages expire); kwire's
+        # network client needs an address: one no connection can reach (port 0) stands in,
+        # and "all brokers down" is not reported for it.
+        kconf["bootstrap.servers"] = NO_BROKERS
+        extra["_no_brokers"] = True
     return kconf, extra
 
 
 def config_error(exc: ConfigError) -> KafkaException:
-    return _invalid(str(exc))
+    """librdkafka's wording for kwire's ConfigError (programs match on it)."""
+    text = str(exc)
+    m = re.match(r"invalid value (.*) for configuration property '([^']*)': (.*)$", text)
+    if m:
+        value, name, why = m.groups()
+        if value[:1] in "'\"" and value[-1:] == value[:1]:
+            value = value[1:-1]
+        text = f'Invalid value for configuration property "{name}": {value} ({why})'
+    m = re.match(r"unknown configuration property '([^']*)'$", text)
+    if m:
+        text = f'No such configuration property: "{m.group(1)}"'
+    return _invalid(text)

@@ -47,9 +47,24 @@ class Stats:
         self.next_s = now_s + self.interval_s
         self.cb(json.dumps(self.document(now_s)))
 
+    def _brokers(self) -> dict:
+        """``brokers.<name>``: ``name``, ``nodeid``, ``state`` (kwire's connection state, upper
+        case as librdkafka's: UP, DOWN, CONNECT, ...) -- none when no brokers were configured."""
+        if self.client._no_brokers:
+            return {}
+        net = self.client._p._net if self.role == "producer" else self.client._c._net
+        out = {}
+        for node_id, conn in list(net._conns.items()):
+            name = f"{conn.host}:{conn.port}/{node_id if node_id >= 0 else 'bootstrap'}"
+            state = conn.state.name
+            out[name] = {"name": name, "nodeid": node_id,
+                         "state": {"READY": "UP", "DISCONNECTED": "DOWN"}.get(state, state)}
+        return out
+
     def document(self, now_s: float) -> dict:
         doc = {"name": f"kwire#{self.role}", "type": self.role, "ts": int(now_s * 1e6),
                "time": int(time.time()), "age": int((now_s - self.start_s) * 1e6)}
+        doc["brokers"] = self._brokers()
         if self.role == "producer":
             p = self.client._p
             doc["client_id"] = p.config.client_id

@@ -50,6 +50,7 @@ class Consumer:
         if not kconf.get("group.id"):
             raise ValueError("Failed to create consumer: group.id must be set")
         self._error_cb = extra.get("error_cb")
+        self._no_brokers = extra.get("_no_brokers", False)
         user_on_commit = extra.get("on_commit")
         if self._error_cb is not None:
             kconf["error_cb"] = self._on_error
@@ -266,7 +267,7 @@ class Consumer:
     def _check_brokers(self) -> None:
         conns = list(self._c._net._conns.values())
         down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
-        if down and not self._all_down:
+        if down and not self._all_down and not self._no_brokers:
             self._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN,
                                       f"{len(conns)}/{len(conns)} brokers are down"))
         self._all_down = down
@@ -389,7 +390,7 @@ class Consumer:
             raise
         except KwireError as exc:
             if "is not assigned" in str(exc):
-                raise KafkaException(KafkaError(KafkaError._STATE, str(exc))) from None
+                raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, str(exc))) from None
             raise to_kafka_exception(exc) from None
 
     def committed(self, partitions, timeout=None):
@@ -405,7 +406,12 @@ class Consumer:
         if not isinstance(partition, TopicPartition):
             raise TypeError("expected TopicPartition")
         self._drop({(partition.topic, partition.partition)})
-        self._call(self._c.seek, partition)
+        try:
+            self._c.seek(partition)
+        except KwireError as exc:
+            if "is not assigned" in str(exc):  # not (yet) fetched: librdkafka says the same
+                raise KafkaException(KafkaError(KafkaError._STATE, f"Local: Erroneous state ({exc})")) from None
+            raise to_kafka_exception(exc) from None
 
     def pause(self, partitions):
         self._check()

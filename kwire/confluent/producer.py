@@ -38,6 +38,21 @@ def _report_cb(cb):
     return deliver
 
 
+def _check_headers(headers) -> list:
+    """confluent-kafka's header forms: a list of (str, value) pairs or a dict; values str,
+    bytes or None.  Anything else is a TypeError."""
+    items = list(headers.items()) if isinstance(headers, dict) else headers
+    if not isinstance(items, list):
+        raise TypeError("headers must be a list of (key, value) tuples or a dict")
+    for h in items:
+        if not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str):
+            raise TypeError("headers must be a list of (str key, value) tuples or a dict")
+        if h[1] is not None and not isinstance(h[1], (str, bytes)):
+            raise TypeError(f"header {h[0]!r}: value must be str, bytes or None, "
+                            f"not {type(h[1]).__name__}")
+    return items
+
+
 class Producer:
     """confluent-kafka's ``Producer(conf)`` over kwire.  ``produce()`` buffers; ``poll()`` and
     ``flush()`` send and serve delivery callbacks (``on_delivery(err, msg)``), error_cb and
@@ -54,6 +69,7 @@ class Producer:
         if dr is not None:
             kconf["on_delivery"] = _report_cb(dr)
         self._error_cb = extra.get("error_cb")
+        self._no_brokers = extra.get("_no_brokers", False)
         kconf.pop("logger", None)
         self._logger = extra.get("logger")
         try:
@@ -90,8 +106,8 @@ class Producer:
             cb = w
         if isinstance(partition, bool) or not isinstance(partition, int):
             raise TypeError(f"'{type(partition).__name__}' object cannot be interpreted as an integer")
-        if isinstance(headers, dict):
-            headers = list(headers.items())
+        if headers is not None:
+            headers = _check_headers(headers)
         try:
             self._p.produce(topic, value, key, partition, cb, timestamp or None, headers)
         except BufferError:
@@ -133,7 +149,7 @@ class Producer:
         net = self._p._net
         conns = list(net._conns.values())
         down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
-        if down and not self._all_down:
+        if down and not self._all_down and not self._no_brokers:
             self._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN,
                                       f"{len(conns)}/{len(conns)} brokers are down"))
         self._all_down = down
