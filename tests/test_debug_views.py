@@ -189,8 +189,8 @@ def test_group_filter_is_the_groups_conversation(capsys, scenario, decoded):
     for k, frames in pairs.items():
         kinds = sorted(e["kind"] for e in frames)
         assert kinds in (["request", "response"], ["request"]), (k, kinds)
-        if kinds == ["request"]:  # the last heartbeat of a consumer closing may go unanswered
-            assert frames[0]["api"] in ("Heartbeat", "LeaveGroup"), frames[0]
+        if kinds == ["request"]:  # a consumer closing does not wait for its last requests' answers
+            assert frames[0]["api"] in ("Heartbeat", "LeaveGroup", "FindCoordinator"), frames[0]
     # Responses that do not repeat the group id (JoinGroup's, Heartbeat's) come with their request.
     assert any(e["api"] == "JoinGroup" and e["kind"] == "response" for e in events)
     # Nothing of the other group.
@@ -307,8 +307,8 @@ def test_stats(capsys, scenario, decoded):
     got = {(a["api"], a["version"]): {k: a[k] for k in ("requests", "responses", "undecoded")}
            for a in stats["apis"]}
     assert got == want
-    # The transaction APIs kwire's tables lack are counted (and named) as undecoded frames.
-    assert got[("EndTxn", 1)] == {"requests": 0, "responses": 0, "undecoded": 4}  # commit, abort
+    # Transaction APIs (which kwire's tables may lack: then counted, and named, as undecoded)
+    assert sum(got[("EndTxn", 1)].values()) == 4  # commit and abort, each answered
     assert stats["errors"]["UNKNOWN_TOPIC_OR_PARTITION"]["apis"]["Metadata"] == 1
     assert stats["errors"]["MEMBER_ID_REQUIRED"]["count"] >= 2
     fetch_rtt = [r for r in stats["rtt"] if r["api"] == "Fetch"]
@@ -362,6 +362,83 @@ def test_packet_numbers_and_headers_agree_with_tshark(scenario, decoded):
     assert theirs == mine, (sorted(theirs - mine)[:5], sorted(mine - theirs)[:5])
 
 
+# tshark's Kafka fields -> the body keys that hold the same values in kwire's decode
+TSHARK_FIELDS = {
+    "kafka.consumer_group": {"group_id", "key"}, "kafka.member_id": {"member_id"},
+    "kafka.group_leader_id": {"leader"}, "kafka.generation_id": {"generation_id", "generation_id_or_member_epoch"},
+    "kafka.error": {"error_code", "partition_error_code"}, "kafka.topic_name": {"name", "topic"},
+    "kafka.partition_id": {"partition_index", "partition", "index", "partitions"},
+    "kafka.protocol_type": {"protocol_type"}, "kafka.protocol_name": {"protocol_name", "name"},
+    "kafka.session_timeout": {"session_timeout_ms"}, "kafka.rebalance_timeout": {"rebalance_timeout_ms"},
+    "kafka.throttle_time": {"throttle_time_ms"}, "kafka.coordinator_key": {"key"},
+    "kafka.node_id": {"node_id"}, "kafka.host": {"host"}, "kafka.port": {"port"},
+}
+
+
+def _values(body, keys: set) -> set[str]:
+    out: set[str] = set()
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k in keys and not isinstance(x, (dict, list)):
+                    out.add("[ Null ]" if x is None else str(x))  # tshark's null
+                elif k in keys and isinstance(x, list):
+                    out.update(str(e) for e in x if not isinstance(e, (dict, list)))
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(body)
+    return out
+
+
+def test_values_agree_with_tshark(scenario, decoded):
+    """Wireshark 4.0's Kafka dissector stops at old versions (Produce <= 8, Fetch <= 11, Metadata
+    <= 9...); for every frame it decodes without an expert warning, each value it shows for the
+    fields above is one kwire's decode of the same packet holds, and the header agrees."""
+    tshark = shutil.which("tshark")
+    assert tshark, "tshark is missing: `make test` installs it (tools/system-deps.sh)"
+    fields = ["frame.number", "tcp.srcport", "kafka.correlation_id", "kafka.api_version", "kafka.client_id",
+              "_ws.expert.message", *TSHARK_FIELDS]
+    cmd = [tshark, "-r", str(scenario.pcap), "-n", "-d", f"tcp.port=={scenario.port},kafka", "-Y", "kafka",
+           "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=\x1f"]
+    for f in fields:
+        cmd += ["-e", f]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    by_packet: dict = {}
+    for i in decoded.frames():
+        by_packet.setdefault((i.packet, i.to_broker), []).append(i)
+    compared = set()
+    for line in out.splitlines():
+        row = dict(zip(fields, line.split("\t")))
+        if row["_ws.expert.message"]:
+            continue  # tshark itself says it could not decode it all
+        to_broker = int(row["tcp.srcport"]) != scenario.port
+        mine = by_packet.get((int(row["frame.number"]), to_broker))
+        if not mine:
+            # kwire's tables lack the transaction APIs: those frames are undecoded, not wrong
+            undecoded = [i for i in decoded.items if i.packet == int(row["frame.number"]) and i.kind == "undecoded"]
+            assert undecoded and all(i.api_key not in P.APIS for i in undecoded), row
+            continue
+        assert set(row["kafka.correlation_id"].split("\x1f")) == {str(i.correlation_id) for i in mine}, row
+        if to_broker:
+            assert set(row["kafka.api_version"].split("\x1f")) == {str(i.version) for i in mine}, row
+            if row["kafka.client_id"]:
+                assert set(row["kafka.client_id"].split("\x1f")) == {i.client_id for i in mine}, row
+        for f, keys in TSHARK_FIELDS.items():
+            if not row[f]:
+                continue
+            theirs = set(row[f].split("\x1f"))
+            ours = set().union(*(_values(i.body, keys) for i in mine))
+            assert theirs <= ours, (row["frame.number"], f, theirs, ours)
+            compared.add((mine[0].api, f))
+    # What tshark 4.0 decodes cleanly here: the classic group APIs, FindCoordinator, ApiVersions.
+    assert {a for a, _ in compared} >= {"FindCoordinator", "Heartbeat"}, compared
+    assert len(compared) >= 8, compared
+
+
 # --- partial decodes on real bytes ---------------------------------------------------------------
 
 def test_snap_length_cut_frames_decode_partially(tmp_path, capsys, scenario, decoded):
@@ -373,7 +450,10 @@ def test_snap_length_cut_frames_decode_partially(tmp_path, capsys, scenario, dec
     subprocess.run([editcap, "-s", "200", str(scenario.pcap), str(cut)], check=True, timeout=60)
     result = decode_capture(cut, ports=[scenario.port], auto_detect=False)
     short = [i for i in result.items if i.kind == "gap"]
-    assert short and all("captured" in g.reason and "snap length" in g.reason for g in short)
+    # Each says which packets were captured short -- but for holes the capture itself had (on a
+    # busy machine tcpdump may drop packets).
+    snapped = [g for g in short if "captured" in g.reason and "snap length" in g.reason]
+    assert snapped and len(snapped) >= len(short) - decoded.stats["gaps"]
     partial = [i for i in result.items if i.kind == "undecoded" and i.partial is not None]
     assert partial
     fetch = [i for i in partial if i.api == "Fetch" and not i.to_broker]
@@ -573,7 +653,7 @@ def test_stdin_is_decoded_as_it_streams(scenario, decoded):
         proc.stdin.write(data[half:])
         proc.stdin.close()
         rest = [json.loads(line) for line in proc.stdout.read().splitlines()]
-        assert proc.wait(timeout=60) == 1  # the transaction APIs kwire lacks are undecoded
+        assert proc.wait(timeout=60) == (1 if decoded.problems else 0)
     finally:
         if proc.poll() is None:
             proc.kill()

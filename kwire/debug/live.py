@@ -30,7 +30,10 @@ from .partial import partial_request, partial_response
 
 __all__ = ["LiveDecoder", "packets"]
 
-HOLE_LIMIT_BYTES = 1 << 20  # later bytes waiting behind a hole before it is declared lost
+# A hole is declared lost when this much later data waits behind it, or when it is this old
+# (capture time): a retransmission fills a hole within milliseconds; a dropped packet never does.
+HOLE_LIMIT_BYTES = 256 * 1024
+HOLE_WAIT_S = 1.0
 _I32 = struct.Struct(">i")
 
 
@@ -39,6 +42,7 @@ class _Direction:
     next_seq: int | None = None  # the sequence number of the next byte expected
     buf: bytearray = field(default_factory=bytearray)
     early: dict = field(default_factory=dict)  # seq -> (payload, ts, packet) that arrived ahead
+    hole_since: float | None = None  # capture time the oldest early segment arrived
     synced: bool = True  # False until a frame boundary is found (mid-connection start, gap)
     ts: float | None = None  # the time and packet of the last byte appended
     packet: int | None = None
@@ -161,8 +165,10 @@ class LiveDecoder:
             payload, seq, rel = payload[behind:], d.next_seq, 0
         if rel > 0:
             d.early[seq] = (payload, ts, index)
+            if d.hole_since is None:
+                d.hole_since = ts
             waiting = sum(len(p) for p, _, _ in d.early.values())
-            if waiting <= HOLE_LIMIT_BYTES:
+            if waiting <= HOLE_LIMIT_BYTES and ts - d.hole_since <= HOLE_WAIT_S:
                 return
             first = min(d.early, key=lambda s: (s - d.next_seq) & 0xFFFFFFFF)
             lost = (first - d.next_seq) & 0xFFFFFFFF
@@ -179,6 +185,8 @@ class LiveDecoder:
             if nxt is None:
                 break
             self._append(d, *nxt)
+        if not d.early:
+            d.hole_since = None
         self._frames(conn, d, to_broker, out)
 
     @staticmethod
@@ -260,6 +268,23 @@ class LiveDecoder:
             if conn.index is None:
                 continue
             for d, to_broker in ((conn.up, True), (conn.down, False)):
+                if d.early:  # bytes waiting behind a hole the capture never filled
+                    first = min(d.early, key=lambda s: (s - d.next_seq) & 0xFFFFFFFF)
+                    lost = (first - d.next_seq) & 0xFFFFFFFF
+                    out.append(self._item(conn, "gap", to_broker, ts=d.ts, packet=d.packet, size_bytes=lost,
+                                          problem=True, reason=(
+                                              f"capture lost {lost} bytes "
+                                              f"({'client->broker' if to_broker else 'broker->client'})")))
+                    self.stats["gaps"] += 1
+                    self._junk(conn, d, to_broker, out, "bytes just before a capture gap (a frame the gap cut)")
+                    d.next_seq, d.synced = first, False
+                    while d.early:
+                        nxt = d.early.pop(d.next_seq, None)
+                        if nxt is None:
+                            break
+                        self._append(d, *nxt)
+                    self._frames(conn, d, to_broker, out)
+                    d.early.clear()
                 if not d.buf:
                     continue
                 buf = bytes(d.buf)

@@ -8,8 +8,9 @@ sibling key with its name, so JSON keeps the number (what the wire carries) and 
     {"acks": -1}                      -> {"acks": -1, "acks_name": "ALL"}
     {"timestamp": -2} (ListOffsets)   -> {"timestamp": -2, "timestamp_name": "EARLIEST"}
 
-``error`` is added beside every ``error_code``, 0 included (``"NONE"``), so scripts find the key
-on every frame; an unknown code is named ``"UNKNOWN_CODE_<n>"``.  The other names are added only
+``error`` is added beside every ``error_code`` (``partition_error`` beside ``partition_error_code``
+and so on), 0 included (``"NONE"``), so scripts find the key on every frame; an unknown code is
+named ``"UNKNOWN_CODE_<n>"``.  The other names are added only
 where the number has a meaning of its own (``acks``, ``isolation_level``, ``key_type`` always; a
 special offset or timestamp only when it is one of the negative markers).
 
@@ -43,7 +44,9 @@ class _QuietName(Name):
 
 def name_key(key: str) -> str:
     """The sibling key annotate() gives the name of field ``key``."""
-    return {"error_code": "error", "api_key": "api", "topic_id": "topic"}.get(key, key + NAME_SUFFIX)
+    if key.endswith("error_code"):
+        return key[:-5]
+    return {"api_key": "api", "topic_id": "topic"}.get(key, key + NAME_SUFFIX)
 
 ACKS = {-1: "ALL", 0: "NONE", 1: "LEADER"}
 ISOLATION = {0: "READ_UNCOMMITTED", 1: "READ_COMMITTED"}
@@ -123,8 +126,8 @@ def _named(key: str, value: Any, api_key: int | None, kind: str | None) -> tuple
     """(sibling key, name) for one field, or None."""
     if not isinstance(value, int) or isinstance(value, bool):
         return None
-    if key == "error_code":
-        return "error", error_name(value)
+    if key.endswith("error_code"):  # error_code, partition_error_code...
+        return key[:-5], error_name(value)
     if key == "acks" and api_key == 0:
         return key + NAME_SUFFIX, ACKS.get(value, f"{value} (invalid)")
     if key == "isolation_level":
@@ -152,7 +155,7 @@ def annotate(body: Any, api_key: int | None, kind: str | None, topic_names: dict
             out[k] = annotate(v, api_key, kind, topic_names)
             named = _named(k, v, api_key, kind)
             if named is not None and named[0] not in body:
-                quiet = k == "error_code" and v == 0
+                quiet = k.endswith("error_code") and v == 0
                 out[named[0]] = (_QuietName if quiet else Name)(named[1])
             elif k == "topic_id" and topic_names and isinstance(v, uuid.UUID) and "topic" not in body \
                     and "name" not in body:
@@ -172,7 +175,7 @@ def errors_in(body: Any) -> list[int]:
     def walk(v):
         if isinstance(v, dict):
             for k, x in v.items():
-                if k == "error_code" and isinstance(x, int) and x != 0:
+                if k.endswith("error_code") and isinstance(x, int) and x != 0:
                     found.append(x)
                 elif isinstance(x, (dict, list)):
                     walk(x)
