@@ -36,7 +36,7 @@ def seeds() -> list[bytes]:
     out = []
     for key in KEYS:
         a = P.APIS[key]
-        for v in sorted({a.min_version, a.max_version, (a.min_version + a.max_version) // 2}):
+        for v in sorted({a.oldest_version, a.newest_version, (a.oldest_version + a.newest_version) // 2}):
             try:
                 body = sample_struct(P.request_plan(a, v), rng)
                 out.append(b"Q" + P.encode_request(a, v, body, correlation_id=7, size_prefix=False))
@@ -58,7 +58,7 @@ def test_one_input(data: bytes) -> None:
             if len(data) < 3:
                 return
             a = P.APIS[KEYS[data[1] % len(KEYS)]]
-            lo, hi = a.min_version, a.max_version
+            lo, hi = a.oldest_version, a.newest_version  # every version kwire decodes
             P.decode_response(a, lo + data[2] % (hi - lo + 1), data[3:], size_prefix=False)
     except KwireError:
         pass

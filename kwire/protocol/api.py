@@ -30,22 +30,47 @@ _I32 = struct.Struct(">i")
 _HDR = struct.Struct(">hhi")
 
 API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
 
 
 @dataclass(frozen=True)
 class Api:
+    """One API.  Two version ranges: every version kwire can encode and decode
+    (``oldest_version``-``newest_version``, for reading captures of any client), and the part
+    of it kwire's client may negotiate (``min_version``-``max_version``): versions Kafka 4.0
+    removed (KIP-896) and unstable ones are decode-only (see ``Message.negotiable``)."""
+
     key: int
     name: str
     request: Message
     response: Message
 
     @property
-    def min_version(self) -> int:
+    def oldest_version(self) -> int:
         return self.request.valid_range[0]
 
     @property
-    def max_version(self) -> int:
+    def newest_version(self) -> int:
         return self.request.valid_range[1]
+
+    @property
+    def min_version(self) -> int:
+        """The oldest version kwire's client sends (> max_version if it never sends this API)."""
+        r = self.request.negotiable_range
+        return r[0] if r is not None else self.newest_version + 1
+
+    @property
+    def max_version(self) -> int:
+        """The newest version kwire's client sends."""
+        r = self.request.negotiable_range
+        return r[1] if r is not None else self.newest_version
+
+    def decodes(self, version: int) -> bool:
+        """Whether kwire can encode and decode this version (including decode-only ones)."""
+        return self.oldest_version <= version <= self.newest_version
+
+    def negotiates(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
 
     def check_version(self, version: int) -> None:
         lo, hi = self.request.valid_range
@@ -56,6 +81,8 @@ class Api:
         return self.request.is_flexible(version)
 
     def request_header_version(self, version: int) -> int:
+        if self.key == CONTROLLED_SHUTDOWN_KEY and version == 0:
+            return 0  # the only user of header v0 (no client id); removed in Kafka 4.0
         return 2 if self.request.is_flexible(version) else 1
 
     def response_header_version(self, version: int) -> int:

@@ -120,12 +120,20 @@ class Message:
     fields: tuple[Field, ...]
     api_key: int | None = None
     notes: str = ""  # version history worth keeping next to the schema
+    # The versions kwire's client may pick from what a broker offers; None = all of ``valid``.
+    # The rest of ``valid`` (versions Kafka 4.0 removed, unstable ones) is for decoding only.
+    negotiable: str | None = None
 
     @property
     def valid_range(self) -> tuple[int, int]:
         r = parse_versions(self.valid)
         assert r is not None
         return r
+
+    @property
+    def negotiable_range(self) -> tuple[int, int] | None:
+        """Inclusive (lo, hi) kwire's client negotiates within; None if it never sends it."""
+        return self.valid_range if self.negotiable is None else parse_versions(self.negotiable)
 
     def is_flexible(self, version: int) -> bool:
         return _in(parse_versions(self.flexible), version)
