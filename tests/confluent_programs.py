@@ -292,3 +292,17 @@ def serializing(ck, bootstrap, topic, deadline_s=60):
 
 def prog_n(topic):
     return N // PARTITIONS  # the records the producer program put in partition 0 before
+
+
+def reset_error(ck, bootstrap, topic, deadline_s=10):
+    """auto.offset.reset=error and a start offset past the end: an error message, not a hang."""
+    c = _consumer(ck, bootstrap, **{"auto.offset.reset": "error"})
+    c.assign([ck.TopicPartition(topic, 0, 1000)])
+    end = time.monotonic() + deadline_s
+    err = None
+    while err is None and time.monotonic() < end:
+        m = c.poll(0.5)
+        if m is not None and m.error() is not None:
+            err = (m.error().code(), m.topic() == topic, m.partition())
+    c.close()
+    return {"error": err}

@@ -121,3 +121,10 @@ def test_serializing_producer_and_deserializing_consumer(peer, topics):
     assert ours == real
     assert ours["bad"] == confluent_kafka.KafkaError._VALUE_SERIALIZATION
     assert ours["got"][-1] == ("k4", 4000, 4000)
+
+
+def test_offset_reset_error_is_an_error_message(peer, topics):
+    real, ours = both(prog.reset_error, peer, topics)
+    assert ours == real
+    if type(peer).__name__ != "TansuBroker":  # Tansu answers a fetch past the end with nothing
+        assert ours["error"] == (confluent_kafka.KafkaError._AUTO_OFFSET_RESET, True, 0)

@@ -7,6 +7,7 @@ exceptions become error messages and KafkaExceptions, callbacks get confluent's 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from ..consumer import Consumer as _KConsumer
@@ -21,6 +22,7 @@ from ._types import (KafkaError, KafkaException, TopicPartition, _event, _tps, _
 
 log = logging.getLogger("kwire.confluent")
 
+_PARTITION_TEXT = re.compile(r"^(.+) \[(\d+)\](?: offset (-?\d+))?$")
 _CHECK_EVERY_S = 1.0  # unknown topics / all brokers down are looked for at most this often
 
 
@@ -231,12 +233,23 @@ class Consumer:
             f"(HighwaterMark {e.offset})"))
 
     def _error_message(self, exc: BaseException):
+        """An error message for an exception kwire raised from poll()/consume()."""
         err = to_kafka_error(exc)
         parts = getattr(exc, "partitions", None) or []
-        topic = partition = None
+        topic = partition = offset = None
         if parts:
             topic, partition = parts[0] if isinstance(parts[0], tuple) else (parts[0].topic, parts[0].partition)
-        return _event(topic, partition, None, err)
+        else:
+            # kwire's fetch errors name the partition in their text: "topic [p] offset n"
+            m = _PARTITION_TEXT.match(getattr(exc, "broker_message", None) or "")
+            if m:
+                topic, partition, offset = m.group(1), int(m.group(2)), int(m.group(3) or -1)
+        if err.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+            # auto.offset.reset=error: librdkafka reports that nothing could be reset to
+            err = KafkaError(KafkaError._AUTO_OFFSET_RESET,
+                             f"Fetch position offset {offset} is out of range for "
+                             f"{topic} [{partition}], and auto.offset.reset=error")
+        return _event(topic, partition, offset, err)
 
     def _idle(self):
         """Between records: report subscribed topics the cluster lacks (as an error message, once
