@@ -23,7 +23,8 @@ from ._types import (KafkaError, KafkaException, TopicPartition, _event, _tps, _
 log = logging.getLogger("kwire.confluent")
 
 _PARTITION_TEXT = re.compile(r"^(.+) \[(\d+)\](?: offset (-?\d+))?$")
-_CHECK_EVERY_S = 1.0  # unknown topics / all brokers down are looked for at most this often
+_CHECK_EVERY_S = 1.0
+_MAX_BATCH = 500  # records poll() takes from kwire at most at once  # unknown topics / all brokers down are looked for at most this often
 
 
 def _ck_timeout(timeout):
@@ -159,8 +160,7 @@ class Consumer:
         if limit > self._batch:
             took = time.monotonic() - self._handed_at  # the application's time for the last batch
             if took < 0.1:
-                if self._batch < 500:
-                    self._batch *= 2
+                self._batch = min(self._batch * 2, _MAX_BATCH)
             elif took > 1.0 and self._batch > 1:
                 self._batch = max(1, self._batch // 4)
             limit = self._batch
