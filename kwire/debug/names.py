@@ -172,14 +172,14 @@ def errors_in(body: Any) -> list[int]:
     """Every non-zero ``error_code`` anywhere in a body, in order."""
     found: list[int] = []
 
-    def walk(v):
-        if isinstance(v, dict):
+    def walk(v):  # plain dicts and lists only: record summaries (dict subclasses) hold no codes
+        if type(v) is dict:
             for k, x in v.items():
                 if k.endswith("error_code") and isinstance(x, int) and x != 0:
                     found.append(x)
-                elif isinstance(x, (dict, list)):
+                elif type(x) is dict or type(x) is list:
                     walk(x)
-        elif isinstance(v, list):
+        elif type(v) is list:
             for x in v:
                 walk(x)
 

@@ -373,9 +373,36 @@ def error_counts(body: Any) -> dict:
     return out
 
 
+def _hex(b):
+    return None if b is None else bytes(b).hex()
+
+
+def jsonable(value: Any) -> Any:
+    """:func:`kwire.protocol.api.to_jsonable`, with a fast path for record sets decoded in full
+    (a million records should not be walked value by value)."""
+    if isinstance(value, RecordSet):
+        contents = value.get("contents")
+        if contents is None:
+            return dict(value)
+        out = dict(value)
+        out["contents"] = [
+            {**{k: v for k, v in b.items() if k != "records"},
+             "records": [{**r, "key": None if r["key"] is None else r["key"].hex(),
+                          "value": None if r["value"] is None else r["value"].hex(),
+                          "headers": [[k, _hex(v)] for k, v in r["headers"]] if r["headers"] else []}
+                         for r in b["records"]]}
+            for b in contents]
+        return out
+    if type(value) is dict:
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if type(value) is list:
+        return [jsonable(v) for v in value]
+    return P.to_jsonable(value)
+
+
 def _partial_json(partial) -> dict:
-    return {"header": P.to_jsonable(partial.header),
-            "body": P.to_jsonable(partial.body) if partial.body is not None else None,
+    return {"header": jsonable(partial.header),
+            "body": jsonable(partial.body) if partial.body is not None else None,
             "complete": partial.complete, "reason": partial.reason, "path": partial.path or None,
             "position": partial.position}
 
@@ -398,7 +425,7 @@ def to_json_event(event: dict, records: str = "summary", body: Any = None, *, su
         b = prepare_body(event, records, topic_names) if body is None else body
         out["errors"] = error_counts(b)
         if not summary:
-            out["body"] = P.to_jsonable(b)
+            out["body"] = jsonable(b)
     else:
         partial = event.get("partial")
         if partial is not None and partial.body is not None:
@@ -408,7 +435,7 @@ def to_json_event(event: dict, records: str = "summary", body: Any = None, *, su
         if not summary:
             if partial is not None:
                 pbody = prepare_body(event, records, topic_names, body=partial.body) if partial.body else None
-                out["partial"] = dict(_partial_json(partial), body=P.to_jsonable(pbody))
+                out["partial"] = dict(_partial_json(partial), body=jsonable(pbody))
             if event.get("data") is not None:
                 out["hex"] = bytes(event["data"]).hex()
     return out
@@ -743,7 +770,9 @@ class Renderer:
         """The event as text (lines joined by newlines) or as one JSON line, without the
         final newline."""
         body = None
-        if event.get("kind") in ("request", "response"):
+        if event.get("kind") in ("request", "response") and self.summary:
+            body = event.get("body")  # a summary names errors only: record sets stay undecoded
+        elif event.get("kind") in ("request", "response"):
             body = prepare_body(event, self.records, self.topic_names)
             found = _record_problems(body)
             if found:
