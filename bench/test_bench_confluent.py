@@ -64,6 +64,7 @@ class _FakeKConsumer:
     def __init__(self, recs):
         self._recs = recs
         self._i = 0
+        self._last_poll_ms = 0
 
     def consume(self, n, timeout=None):
         i = self._i

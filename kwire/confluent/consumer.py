@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from time import monotonic_ns as _monotonic_ns
 
 from ..consumer import Consumer as _KConsumer
 from ..consumer.consumer import PartitionEOF as _EOF
@@ -98,6 +99,8 @@ class Consumer:
                 self._buf = None
             else:
                 self._bi = i
+            # a poll() as far as max.poll.interval.ms goes, though kwire was not called
+            self._c._last_poll_ms = _monotonic_ns() // 1_000_000
             return _wrap(r)
         if self._closed:
             raise RuntimeError("Consumer closed")
@@ -151,10 +154,10 @@ class Consumer:
         poll() takes records from kwire in batches and hands them out one by one: kwire counts
         a batch as consumed only when it is asked for the next one, i.e. after the application
         had every message of it (at-least-once holds).  The batch starts at one record and
-        doubles while the application gets through batches in under 100 ms, up to 500; it
-        shrinks when a batch takes the application over a second, so that the time between
-        calls into kwire -- what max.poll.interval.ms watches -- stays near the time between
-        polls."""
+        doubles while the application gets through batches in under 100 ms, up to 500, and
+        shrinks when a batch takes the application over a second.  Every poll() still counts
+        as one for max.poll.interval.ms (it stamps kwire's last-poll time), so a slow
+        application is not taken for a stalled one."""
         if self._stats is not None:
             self._stats.maybe_emit(time.monotonic())
         if limit > self._batch:
