@@ -77,6 +77,23 @@ class CommitFailedError(KwireError):
     """A commit could not be completed (e.g. the group rebalanced)."""
 
 
+class NotAssignedError(CommitFailedError):
+    """A group member's commit named partitions it does not own (any more): revoked, lost or
+    never assigned.  Another member may be consuming them; committing would overwrite its
+    progress.  ``partitions`` lists them."""
+
+    def __init__(self, message: str, partitions=()):
+        super().__init__(message)
+        self.partitions = list(partitions)
+
+
+class MaxPollIntervalExceededError(KwireError):
+    """The application did not call poll()/consume() within max.poll.interval.ms: the member
+    left the group and its partitions were lost (on_lost ran first).  Raised once from the next
+    poll()/consume() (librdkafka reports ``_MAX_POLL_EXCEEDED`` the same way); calling again
+    rejoins the group."""
+
+
 class AuthenticationError(KwireError):
     """The broker (or the client, checking the broker) refused the connection's credentials:
     SASL failed (wrong password, unknown user, mechanism not enabled, the server's SCRAM

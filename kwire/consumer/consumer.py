@@ -12,10 +12,13 @@ Two threads, one owner each:
   whole chunks at a time (one list per partition per fetch), without a lock per record, and
   posts commands to the driver.  Rebalance callbacks run here, in order with the records.
 
-The queue carries record chunks and events (assign/revoke/lost, seek completions, errors,
-commit results).  Every chunk carries the partition's *fence* (see SubscriptionState): after
-seek(), pause() or a revocation the application drops chunks fetched under an older fence, so
-no per-partition lock is needed.  Buffered bytes are bounded (queued.max.messages.kbytes): the
+The queue carries record chunks and events (seek completions, errors, commit results).  Every
+chunk carries the partition's *fence* (see SubscriptionState): after seek(), pause() or a
+revocation the application drops chunks fetched under an older fence, so no per-partition lock
+is needed.  Group events (assign/revoke/lost, and the group's errors such as max.poll.interval
+exceeded) do not wait behind the buffered chunks: they go through a second, *urgent* queue
+that every poll()/consume() looks at before handing out another record, so the records of a
+partition that was revoked or lost are dropped before the application sees one more.  Buffered bytes are bounded (queued.max.messages.kbytes): the
 application reports the bytes it has taken and the fetcher stops while the budget is used.
 
 At-least-once auto commit: records returned by one poll()/consume() call count as consumed when
@@ -30,7 +33,8 @@ from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 from ..config import Config, parse_config
-from ..errors import KafkaTimeoutError, KwireError, LogTruncationError, NoOffsetForPartitionError
+from ..errors import (KafkaTimeoutError, KwireError, LogTruncationError, MaxPollIntervalExceededError,
+                      NoOffsetForPartitionError)
 from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
 from .assignors import get_assignor
@@ -177,6 +181,7 @@ class Consumer:
 
         # shared between the threads: deques (thread-safe append/popleft) and single-writer values
         self._q: deque = deque()             # driver -> app: chunks and events
+        self._urgent: deque = deque()        # driver -> app: group events, ahead of the chunks
         self._cond = threading.Condition()
         self._app_waiting = False
         self._cmds: deque = deque()          # app -> driver
@@ -275,6 +280,8 @@ class Consumer:
     def poll(self, timeout: float | None = None):
         """The next record, or None after ``timeout`` seconds (None or -1: wait forever)."""
         self._app_enter()
+        if self._urgent:
+            self._take_urgent()
         cur = self._cur
         if cur is None:
             if not self._next_chunk(self._deadline(timeout)):
@@ -301,10 +308,14 @@ class Consumer:
         if num_messages < 0 or num_messages > 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000")
         self._app_enter()
+        if self._urgent:
+            self._take_urgent()
         out = None
         need = num_messages
         deadline = self._deadline(timeout)
         while need > 0:
+            if self._urgent and out is not None:
+                break  # a group event: handled (before any further record) by the next call
             cur = self._cur
             if cur is None:
                 # With records in hand, return them before handling an event: a revocation
@@ -522,6 +533,7 @@ class Consumer:
             self._net.wakeup()
             self._thread.join(10)
             self._q.clear()
+            self._urgent.clear()
             self._cur = None
 
     def __enter__(self) -> "Consumer":
@@ -642,7 +654,12 @@ class Consumer:
         """Make the next acceptable chunk current, handling events on the way; False when the
         deadline passes first (or, with ``events=False``, when an event comes next)."""
         q = self._q
+        urgent = self._urgent
         while True:
+            if urgent:
+                if not events:
+                    return False
+                self._take_urgent()
             try:
                 if not events and type(q[0]) is not FetchedChunk:
                     return False
@@ -657,7 +674,7 @@ class Consumer:
                     self._app_waiting = True
                     self._in_poll = True
                     try:
-                        if not q:
+                        if not q and not urgent:
                             wait = None if deadline == _INF else (deadline - now) / 1000
                             self._cond.wait(min(wait, 1.0) if wait is not None else 1.0)
                     finally:
@@ -686,6 +703,13 @@ class Consumer:
                 return False
             self._event(item)
 
+    def _take_urgent(self) -> None:
+        """Handle the group events waiting (callbacks run here; an error raised leaves the rest
+        for the next call)."""
+        urgent = self._urgent
+        while urgent:
+            self._event(urgent.popleft())
+
     def _step_over(self, chunk: FetchedChunk) -> None:
         """The position moves past a chunk with no record for the application (its bytes were
         released when it was decoded), as past a record: position() and commits see it."""
@@ -699,7 +723,9 @@ class Consumer:
             n = self._pending_seeks.get(item.tp, 0) - 1
             if n <= 0:
                 self._pending_seeks.pop(item.tp, None)
-                if item.tp in self._assigned:
+                # (a seek from before a revocation and a new assignment is stale: group events
+                # overtake the queue, so its completion may come after the new assignment)
+                if item.tp in self._assigned and item.fence >= self._assign_fence.get(item.tp, 0):
                     self._fence[item.tp] = item.fence
             else:
                 self._pending_seeks[item.tp] = n
@@ -716,6 +742,12 @@ class Consumer:
                 if self._on_assign is not None:
                     self._on_assign(self, tps)
             elif isinstance(a, RevokePartitions):
+                # Partitions lost since the revocation was asked for (e.g. max.poll.interval
+                # expired before the application came back) get on_lost only, not both.
+                lost = {tp for ev in self._urgent if type(ev) is _GroupEvent
+                        and isinstance(ev.action, LosePartitions) for tp in ev.action.partitions}
+                tps = [TopicPartition(t, p) for t, p in a.partitions
+                       if (t, p) in self._assigned and (t, p) not in lost]
                 self._app_enter()
                 consumed = self._consumed_for(a.partitions)
                 try:
@@ -724,9 +756,10 @@ class Consumer:
                 finally:
                     self._app_enter()
                     consumed.update(self._consumed_for(a.partitions))
-                    self._forget(a.partitions)
+                    self._forget([tp for tp in a.partitions if tp not in lost])
                     self._post("ack_revoke", a.ack_id, consumed)
             elif isinstance(a, LosePartitions):
+                tps = [TopicPartition(t, p) for t, p in a.partitions if (t, p) in self._assigned]
                 self._forget(a.partitions)
                 cb = self._on_lost or self._on_revoke
                 if cb is not None and tps:
@@ -741,7 +774,8 @@ class Consumer:
             return
         if isinstance(item, ErrorAction):
             err = item.error
-            if item.fatal or isinstance(err, (NoOffsetForPartitionError, LogTruncationError)) or \
+            if item.fatal or isinstance(err, (NoOffsetForPartitionError, LogTruncationError,
+                                              MaxPollIntervalExceededError)) or \
                     getattr(err, "name", "") in ("OFFSET_OUT_OF_RANGE", "TOPIC_AUTHORIZATION_FAILED",
                                                  "GROUP_AUTHORIZATION_FAILED"):
                 raise err
@@ -805,6 +839,14 @@ class Consumer:
         while self._raw:
             self._decode_next()
         self._q.append(item)
+        if self._app_waiting:
+            with self._cond:
+                self._cond.notify()
+
+    def _push_urgent(self, item) -> None:
+        """Queue a group event for the application ahead of every buffered chunk: the next
+        poll()/consume() handles it before handing out another record."""
+        self._urgent.append(item)
         if self._app_waiting:
             with self._cond:
                 self._cond.notify()
@@ -1136,9 +1178,9 @@ class Consumer:
                         if st is not None:
                             fences[tp] = st.created_fence
                     self._md.add_topics({t for t, _ in a.partitions})
-                self._push(_GroupEvent(a, fences))
+                self._push_urgent(_GroupEvent(a, fences))
             else:
-                self._push(a)
+                self._push_urgent(a)  # the group's errors
         for a in self._positions.drain_actions():
             if isinstance(a, ListOffsetsResult):
                 if isinstance(a.token, _Future):

@@ -36,7 +36,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..errors import CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError
+from ..errors import (CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError,
+                      MaxPollIntervalExceededError, NotAssignedError)
 from ._codes import E, error as broker_error, is_retriable
 from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
                         decode_member_subscription, rebalance_protocol)
@@ -286,7 +287,12 @@ class GroupCoordinator:
 
     def commit(self, offsets: dict[TP, OffsetAndMetadata], now_ms: int, *, token: Any = None,
                user: bool = True, timeout_ms: int | None = None) -> int:
-        """Queue an OffsetCommit; its outcome arrives as a CommitResult action."""
+        """Queue an OffsetCommit; its outcome arrives as a CommitResult action.
+
+        A group member commits only partitions it owns: one revoked or lost may already be
+        another member's, whose progress the commit would overwrite (the broker checks the
+        generation, not who owns what).  Such a commit fails with NotAssignedError, here and
+        again when it is sent (the partition may be lost while the commit waits)."""
         self._commit_seq += 1
         seq = self._commit_seq
         deadline = now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms)
@@ -296,6 +302,8 @@ class GroupCoordinator:
             return seq
         if not offsets:
             self._finish_commit(c, None)
+            return seq
+        if self._fail_unowned(c):
             return seq
         for tp in c.offsets:
             self._latest_commit_seq[tp] = seq
@@ -510,6 +518,10 @@ class GroupCoordinator:
             self._reset_membership("max.poll.interval.ms expired",
                                    reset_member_id=self.group_instance_id is None)
             self._pending_leave_member = gen_member
+            self._actions.append(ErrorAction(MaxPollIntervalExceededError(
+                f"no poll() for {now_ms - self.last_app_poll_ms} ms (max.poll.interval.ms="
+                f"{self.max_poll_interval_ms}): left the group, partitions lost; polling again "
+                "rejoins")))
             return
         if self.state in (MemberState.STABLE, MemberState.PREPARING) and \
                 now_ms - self._last_hb_ok_ms > self.session_timeout_ms and self.coordinator_id is not None:
@@ -924,6 +936,19 @@ class GroupCoordinator:
         if offsets:
             self._auto_commit_seq = self.commit(offsets, now_ms, user=False)
 
+    def _fail_unowned(self, c: _Commit) -> bool:
+        """Fail ``c`` if it names a partition this group member does not own."""
+        if not self.subs.is_auto:
+            return False  # manual assignment: the application decides what it commits
+        unowned = sorted(tp for tp in c.offsets if not self.subs.is_assigned(tp))
+        if not unowned:
+            return False
+        names = ", ".join(f"{t} [{p}]" for t, p in unowned)
+        self._finish_commit(c, NotAssignedError(
+            f"commit failed: {names} not assigned to this member (revoked or lost in a "
+            "rebalance; another member may own them now)", unowned))
+        return True
+
     def _topic_ids_complete(self, topics: Iterable[str]) -> bool:
         for t in topics:
             tid = self._topic_ids.get(t)
@@ -947,6 +972,8 @@ class GroupCoordinator:
                 del c.offsets[tp]
             if not c.offsets:
                 self._finish_commit(c, None)
+                continue
+            if self._fail_unowned(c):
                 continue
             if self.coordinator_id is None or now_ms < c.next_try_ms:
                 continue

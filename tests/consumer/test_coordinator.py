@@ -8,7 +8,8 @@ from kwire.consumer.coordinator import IllegalMemberTransition, MemberState
 from kwire.consumer.subscription import FetchState
 from kwire.consumer.types import (AssignPartitions, CommitResult, CommittedResult, ErrorAction,
                                   LosePartitions, OffsetAndMetadata, RevokePartitions)
-from kwire.errors import CommitFailedError, KafkaConnectionError
+from kwire.errors import (CommitFailedError, KafkaConnectionError, MaxPollIntervalExceededError,
+                          NotAssignedError)
 
 from .fakes import Driver, FakeCluster
 from .members import GroupMember
@@ -238,6 +239,41 @@ def test_max_poll_interval_leaves_then_rejoins_on_poll(cluster, driver):
     a.app_polling = True
     driver.run_until(lambda: stable(a, b)() and len(a.owned) == 3, 10000)
     no_overlap(a, b)
+
+
+def test_max_poll_interval_expiry_is_reported_after_the_loss(cluster, driver):
+    a = GroupMember(cluster, driver, name="a", max_poll_interval_ms=3000)
+    driver.run_until(stable(a))
+    a.app_polling = False
+    driver.run_until(lambda: a.state is S.UNJOINED, 10000)
+    kinds = [type(x) for x in a.actions]
+    lost_at = kinds.index(LosePartitions)
+    errs = [x for x in a.actions[lost_at:] if isinstance(x, ErrorAction)]
+    assert len(errs) == 1 and isinstance(errs[0].error, MaxPollIntervalExceededError)
+
+
+def test_commit_of_partitions_not_owned_fails(cluster, driver):
+    """A member commits only what it owns: never-owned partitions fail at once; a commit
+    waiting while its partitions are lost fails when it would be sent (the broker would take
+    it under the next generation although another member owns them)."""
+    a = GroupMember(cluster, driver, name="a")
+    b = GroupMember(cluster, driver, name="b")
+    driver.run_until(stable(a, b))
+    theirs = sorted(b.owned)[0]
+    a.coord.commit({theirs: OffsetAndMetadata(5)}, driver.clock.now_ms)
+    driver.run_until(lambda: a.commits())
+    res = a.commits()[0]
+    assert isinstance(res.error, NotAssignedError) and res.error.partitions == [theirs]
+    mine = sorted(a.owned)[0]
+    # the commit is retried (the coordinator is loading) while the member loses its partitions
+    cluster.inject("OffsetCommit", E.COORDINATOR_LOAD_IN_PROGRESS, times=1000)
+    a.coord.commit({mine: OffsetAndMetadata(5)}, driver.clock.now_ms)
+    cluster.inject("Heartbeat", E.ILLEGAL_GENERATION)
+    driver.run_until(lambda: a.of(LosePartitions))
+    cluster.injected["OffsetCommit"].clear()
+    driver.run_until(lambda: len(a.commits()) == 2)
+    assert isinstance(a.commits()[1].error, NotAssignedError)
+    assert mine not in cluster.groups["g"].offsets
 
 
 # --- static membership, close ------------------------------------------------------------------
