@@ -1,7 +1,8 @@
 """A scripted broker for tests of the network layer's edge cases.
 
 ``handler(api_key, version, correlation_id, body) -> bytes | None`` returns the complete
-response frame to send (use :func:`frame`), or None to stay silent.  The default handler
+response frame to send (use :func:`frame`), or None to stay silent, or an iterable of pieces
+sent one after the other (a generator may sleep between them: a slow or dripping answer).  The default handler
 answers ApiVersions (listing Metadata and ApiVersions) and nothing else.  A handler with state
 per connection (a SASL exchange) comes from ``handler_factory()``, called once per connection.
 
@@ -80,8 +81,12 @@ class FakeBroker:
                 except Exception:
                     body = None
                 out = handler(key, version, cid, body)
-                if out:
-                    sock.sendall(out)
+                if isinstance(out, (bytes, bytearray)):
+                    if out:
+                        sock.sendall(out)
+                elif out is not None:  # an iterable of pieces (it may sleep between them)
+                    for piece in out:
+                        sock.sendall(piece)
         except OSError:
             pass
         finally:

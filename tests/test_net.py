@@ -402,6 +402,75 @@ def test_request_timeout_and_late_response_discarded():
         assert fb.connections == 1
 
 
+def test_dripped_answer_fails_within_request_timeout_and_frees_the_connection():
+    """A broker drips an answer (a byte every 20 ms, without end): the request fails with a
+    timeout, and the connection is given up once the answer is not complete within
+    request.timeout.ms of its request -- the trickle does not keep it alive -- so the next
+    request goes over a fresh connection and is answered."""
+    dripping = threading.Event()
+
+    def handler(key, version, cid, body):
+        if key == 18:
+            return api_versions_ok(version, cid)
+        if not dripping.is_set():
+            dripping.set()
+
+            def drip():
+                yield struct.pack(">ii", 1 << 20, cid)  # claims 1 MiB
+                while True:
+                    time.sleep(0.02)
+                    yield b"\x00"
+            return drip()
+        return frame("Metadata", version, cid, {"brokers": [], "topics": [], "controller_id": -1})
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False,
+                                            config={"request.timeout.ms": 1000}) as c:
+        with pytest.raises(KafkaTimeoutError):
+            c.request(None, "Metadata", _metadata_body([]))
+        resp = c.request(None, "Metadata", _metadata_body([]), timeout_ms=20_000)
+        assert resp["controller_id"] == -1
+        assert fb.connections == 2
+
+
+def test_abandoned_answer_is_skipped_not_stored():
+    """The answer to a request that timed out arrives late and large (64 MiB, within
+    receive.message.max.bytes): the client skips it as it comes without buffering it, and the
+    connection goes on serving the next request."""
+    import tracemalloc
+    size = 64 << 20
+    late = threading.Event()
+
+    def handler(key, version, cid, body):
+        if key == 18:
+            return api_versions_ok(version, cid)
+        if not late.is_set():
+            late.set()
+
+            def big():
+                time.sleep(0.5)  # after the client gave up
+                yield struct.pack(">ii", size, cid)
+                chunk = b"\x00" * (1 << 20)
+                for _ in range(size // len(chunk) - 1):
+                    yield chunk
+                yield chunk[4:]  # (the correlation id was the payload's first 4 bytes)
+            return big()
+        return frame("Metadata", version, cid, {"brokers": [], "topics": [], "controller_id": -1})
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False,
+                                            config={"receive.message.max.bytes": 1 << 30}) as c:
+        tracemalloc.start()
+        try:
+            with pytest.raises(KafkaTimeoutError):
+                c.request(None, "Metadata", _metadata_body([]), timeout_ms=150)
+            resp = c.request(None, "Metadata", _metadata_body([]), timeout_ms=30_000)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert resp["controller_id"] == -1
+        assert fb.connections == 1
+        assert peak < 16 << 20, f"{peak} bytes allocated while the late answer went by"
+
+
 def test_wakeup_interrupts_poll():
     with FakeBroker() as fb, _client(fb.bootstrap, auto_metadata=False) as c:
         threading.Timer(0.1, c.wakeup).start()

@@ -21,8 +21,10 @@ Failure semantics:
   the *caller* decides whether to retry.  Requests still queued for that broker stay queued
   and the connection is re-established after the reconnect backoff;
 * a request whose deadline passes fails with :class:`~kwire.errors.KafkaTimeoutError`; its
-  late response, if any, is discarded.  A connection whose oldest request has gone unanswered
-  for ``max(its timeout, request.timeout.ms)`` is considered dead and closed;
+  late response, if any, is skipped as it arrives without being stored.  A connection whose
+  oldest request has not been answered completely within ``max(its timeout,
+  request.timeout.ms)`` of being sent is closed -- bytes trickling in do not keep it alive, so
+  a dripped answer cannot hold up the requests behind it for longer than that;
 * a response frame larger than ``receive.message.max.bytes`` + 64 KiB is a
   :class:`~kwire.errors.ProtocolError` and closes the connection before anything is allocated;
 * an authentication failure -- SASL refused, a TLS certificate that does not verify -- is an
@@ -761,6 +763,8 @@ class NetworkClient:
         for payload in frames:
             if not self._on_frame(conn, payload, now):
                 return False
+        if conn.abandoned or conn.discarding is not None:
+            self._skip_abandoned(conn)
         return conn.sock is not None
 
     # --- setup requests: ApiVersions, SaslHandshake, SaslAuthenticate ----------------------------
@@ -1041,6 +1045,8 @@ class NetworkClient:
             for payload in frames:
                 if not self._on_frame(conn, payload, now):
                     return
+            if conn.abandoned or conn.discarding is not None:
+                self._skip_abandoned(conn)
             if direct is None and n < len(self._read_buf):
                 return  # drained the socket for now
 
@@ -1083,6 +1089,29 @@ class NetworkClient:
         self._complete(f, body, now, conn, len(payload) + 4)
         return True
 
+    @staticmethod
+    def _skip_abandoned(conn: Connection) -> None:
+        """The answer being read is to a request that timed out: skip the rest of it unstored
+        (it may claim up to receive.message.max.bytes; nobody will read it)."""
+        reader = conn.reader
+        if conn.discarding is not None and not reader.discarding:
+            conn.discarding = None  # the skipped answer is over
+        cid = reader.current_correlation_id
+        if cid is not None:
+            entry = conn.abandoned.pop(cid, None)
+            if entry is not None:
+                reader.discard_current()
+                conn.discarding = entry
+
+    def _oldest_abandoned(self, conn: Connection) -> tuple[int, int] | None:
+        """(sent_ms, timeout_ms) of the oldest request that timed out unanswered (its answer
+        may be arriving, or being skipped)."""
+        if conn.discarding is not None:
+            if conn.reader.discarding:
+                return conn.discarding
+            conn.discarding = None
+        return next(iter(conn.abandoned.values()), None)
+
     def _protocol_failure(self, conn: Connection, exc: KwireError, now: int) -> None:
         # The request at the head of the line gets the real error; the rest lost their connection.
         head = next(iter(conn.in_flight.values()), None)
@@ -1117,6 +1146,10 @@ class NetworkClient:
                     t = min(t, max(now, conn.next_attempt_ms))
             if conn.in_flight:
                 t = min(t, min(f.deadline_ms for f in conn.in_flight.values()))
+            if conn.state is ConnState.READY and (conn.abandoned or conn.discarding is not None):
+                oldest = self._oldest_abandoned(conn)
+                if oldest is not None:
+                    t = min(t, max(now, oldest[0] + max(oldest[1], self.request_timeout_ms)))
         return t
 
     def _check_timeouts(self, now: int) -> None:
@@ -1158,13 +1191,16 @@ class NetworkClient:
                         self._fail(f, KafkaTimeoutError(
                             f"{f.api} v{f.version} request to node {conn.node_id} ({conn.address}) "
                             f"got no response within {f.timeout_ms} ms"))
-            if conn.abandoned and conn.state is ConnState.READY:
-                # Responses come in order: if the oldest unanswered request has waited longer
-                # than any timeout allows, the broker (or the path to it) is gone.
-                sent_ms, timeout_ms = next(iter(conn.abandoned.values()))
-                if now - max(sent_ms, conn.last_recv_ms) >= max(timeout_ms, self.request_timeout_ms):
+            if (conn.abandoned or conn.discarding is not None) and conn.state is ConnState.READY:
+                # Responses come in order: if the oldest unanswered request has not had its
+                # answer completed in the time any timeout allows -- whatever trickles in (a
+                # dripping answer must not wedge the connection) -- the broker, or the path to
+                # it, is broken, and everything behind it would wait too.
+                oldest = self._oldest_abandoned(conn)
+                if oldest is not None and now - oldest[0] >= max(oldest[1], self.request_timeout_ms):
                     self._close_conn(conn, KafkaConnectionError(
-                        f"node {conn.node_id} ({conn.address}) stopped answering"), now)
+                        f"node {conn.node_id} ({conn.address}) did not complete an answer within "
+                        f"{max(oldest[1], self.request_timeout_ms)} ms of its request"), now)
 
     def _last_errors(self, node_id: int | None) -> str:
         conns = [self._conns[node_id]] if node_id in self._conns else (

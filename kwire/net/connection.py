@@ -159,6 +159,8 @@ class Connection:
         self.queue: deque[InFlight] = deque()  # waiting for READY
         self.in_flight: dict[int, InFlight] = {}  # written, awaiting response; in send order
         self.abandoned: dict[int, tuple[int, int]] = {}  # timed-out corr id -> (sent_ms, timeout_ms)
+        self.discarding: tuple[int, int] | None = None  # (sent_ms, timeout_ms) of the answer being
+        #                                              skipped by the reader (an abandoned one)
         self.out: deque[list] = deque()  # [memoryview, InFlight | None] not yet written
         self.api_versions: dict[int, tuple[int, int]] | None = None
         self.handshake: InFlight | None = None
@@ -200,6 +202,7 @@ class Connection:
         self.out.clear()
         self.in_flight = {}
         self.abandoned = {}
+        self.discarding = None
         self.handshake = None
         self.write_registered = False
         self.tls = None

@@ -25,6 +25,10 @@ is only ever one that earlier data filled, and at most twice the payload, so the
 holds for it too.  The network client forgets a connection's buffers once it has been idle for
 a while (:meth:`FrameReader.release_spares`).  Without CPython's reference counts and GIL (PyPy,
 free-threaded builds) nothing is recycled.
+
+A payload nobody wants any more (the answer to a request that timed out) can be dropped half
+way (:meth:`FrameReader.discard_current`): its remaining bytes are counted off as they arrive,
+never stored, so a late or dripping answer costs no memory however large it claims to be.
 """
 from __future__ import annotations
 
@@ -61,7 +65,8 @@ if RECYCLING:
 class FrameReader:
     """Accumulates bytes; returns complete frame payloads (read-only ``memoryview`` s) in order."""
 
-    __slots__ = ("max_frame_bytes", "_header", "_body", "_size", "_filled", "_spares", "recycled")
+    __slots__ = ("max_frame_bytes", "_header", "_body", "_size", "_filled", "_spares", "recycled",
+                 "_skip")
 
     def __init__(self, max_frame_bytes: int):
         self.max_frame_bytes = max_frame_bytes
@@ -71,11 +76,32 @@ class FrameReader:
         self._filled = 0  # bytes of _body already filled
         self._spares: list[bytearray] = []  # large buffers handed out, oldest first
         self.recycled = 0  # payloads that went into a recycled buffer (for tests and stats)
+        self._skip = 0  # bytes of a discarded payload still to come (see discard_current)
 
     @property
     def mid_frame(self) -> bool:
         """True when part of a frame has been read (a disconnect now loses a response)."""
-        return bool(self._header) or self._body is not None
+        return bool(self._header) or self._body is not None or self._skip > 0
+
+    @property
+    def discarding(self) -> bool:
+        """True while the rest of a discarded payload is being counted off."""
+        return self._skip > 0
+
+    @property
+    def current_correlation_id(self) -> int | None:
+        """The correlation id of the response being read, once its first 4 bytes are in."""
+        if self._body is None or self._filled < 4:
+            return None
+        return _I32.unpack_from(self._body, 0)[0]
+
+    def discard_current(self) -> None:
+        """Drop the payload being read: its buffer now, its remaining bytes as they arrive."""
+        if self._body is None:
+            return
+        self._skip = self._size - self._filled
+        self._body = None
+        self._filled = self._size = 0
 
     def _start(self, size: int) -> None:
         if size < 0 or size > self.max_frame_bytes:
@@ -159,6 +185,11 @@ class FrameReader:
         out: list[memoryview] = []
         pos, end = 0, len(mv)
         while pos < end:
+            if self._skip:
+                take = min(self._skip, end - pos)
+                self._skip -= take
+                pos += take
+                continue
             if self._body is None:
                 need = 4 - len(self._header)
                 if not self._header and end - pos >= 4:
