@@ -188,6 +188,8 @@ class LiveDecoder:
         if not d.early:
             d.hole_since = None
         self._frames(conn, d, to_broker, out)
+        if to_broker and conn.down.buf:
+            self._frames(conn, conn.down, False, out)  # responses that waited for these requests
 
     @staticmethod
     def _append(d: _Direction, payload: bytes, ts: float, index: int) -> None:
@@ -236,6 +238,8 @@ class LiveDecoder:
                 continue
             if len(buf) < 4 + size:
                 return
+            if not to_broker and size >= 4 and conn.up.early and not conn.pending.get(_I32.unpack_from(buf, 4)[0]):
+                return  # its request may be behind a hole in the other direction: wait for it
             payload = bytes(buf[4:4 + size])
             del buf[:4 + size]
             out.append(self._decode(conn, d, to_broker, size, payload))
@@ -283,8 +287,8 @@ class LiveDecoder:
                         if nxt is None:
                             break
                         self._append(d, *nxt)
-                    self._frames(conn, d, to_broker, out)
                     d.early.clear()
+                self._frames(conn, d, to_broker, out)  # frames that waited for a hole to be given up
                 if not d.buf:
                     continue
                 buf = bytes(d.buf)
