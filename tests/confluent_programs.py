@@ -306,3 +306,12 @@ def reset_error(ck, bootstrap, topic, deadline_s=10):
             err = (m.error().code(), m.topic() == topic, m.partition())
     c.close()
     return {"error": err}
+
+
+def cluster_ids(ck, bootstrap, topic):
+    """cluster_id() from a consumer and a producer."""
+    c = _consumer(ck, bootstrap)
+    p = ck.Producer({"bootstrap.servers": bootstrap})
+    out = {"consumer": c.cluster_id(timeout=10), "producer": p.cluster_id(timeout=10)}
+    c.close()
+    return out

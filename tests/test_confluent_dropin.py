@@ -128,3 +128,8 @@ def test_offset_reset_error_is_an_error_message(peer, topics):
     assert ours == real
     if type(peer).__name__ != "TansuBroker":  # Tansu answers a fetch past the end with nothing
         assert ours["error"] == (confluent_kafka.KafkaError._AUTO_OFFSET_RESET, True, 0)
+
+
+def test_cluster_id(peer, topics):
+    real, ours = both(prog.cluster_ids, peer, topics)
+    assert ours == real

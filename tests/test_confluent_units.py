@@ -484,3 +484,17 @@ def test_librdkafka_wording_and_codes_of_argument_errors():
         c.store_offsets(offsets=[TopicPartition("other", 0, 42)])
     assert e.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
     c.close()
+
+
+@pytest.mark.parametrize("name", ["murmur2", "consistent", "fnv1a"])
+def test_partitioner_functions_match_confluent(name):
+    import random
+    rng = random.Random(7)
+    keys = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 24))) for _ in range(2000)]
+    ours, theirs = getattr(ck, name), getattr(real, name)
+    for n in (1, 3, 7, 64, 1000):
+        assert [ours(k, n) for k in keys] == [theirs(k, n) for k in keys]
+    with pytest.raises(ValueError):
+        ours(b"k", 0)
+    with pytest.raises(TypeError):
+        ours("k", 3)

@@ -31,7 +31,7 @@ from .producer import Producer
 __all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer", "Message", "KafkaError", "KafkaException", "TopicPartition",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-           "ThrottleEvent", "version", "libversion", "admin"]
+           "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a"]
 
 
 __version__ = _kwire_version
@@ -49,6 +49,32 @@ class ThrottleEvent:
 
     def __str__(self) -> str:
         return f"{self.broker_name}/{self.broker_id} throttled for {int(self.throttle_time * 1000)} ms"
+
+
+def _partition(name: str, key, partition_count) -> int:
+    if not isinstance(key, bytes):
+        raise TypeError("key must be bytes")
+    if isinstance(partition_count, bool) or not isinstance(partition_count, int):
+        raise TypeError("partition_count must be an int")
+    if partition_count <= 0:
+        raise ValueError("partition_count must be > 0")
+    from ..producer import partition_for
+    return partition_for(name, key, partition_count)
+
+
+def murmur2(key: bytes, partition_count: int) -> int:
+    """The partition librdkafka's (and Java's) murmur2 partitioner picks for ``key``."""
+    return _partition("murmur2", key, partition_count)
+
+
+def consistent(key: bytes, partition_count: int) -> int:
+    """The partition librdkafka's consistent (CRC32) partitioner picks for ``key``."""
+    return _partition("consistent", key, partition_count)
+
+
+def fnv1a(key: bytes, partition_count: int) -> int:
+    """The partition librdkafka's fnv1a partitioner picks for ``key``."""
+    return _partition("fnv1a", key, partition_count)
 
 
 def _version_int(v: str) -> int:

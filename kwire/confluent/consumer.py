@@ -460,6 +460,26 @@ class Consumer:
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
+    def cluster_id(self, timeout=-1):
+        """The cluster id the brokers report (None when they report none)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        md = self._c._net.metadata
+        if md.cluster_id is None:
+            try:
+                return self._c.list_topics(None, _ck_timeout(timeout)).cluster_id
+            except KwireError as exc:
+                raise to_kafka_exception(exc) from None
+        return md.cluster_id
+
+    def set_sasl_credentials(self, username, password):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                        "kwire takes SASL credentials from the configuration only"))
+
+    def consumer_group_metadata(self):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                        "transactions are not supported by kwire"))
+
     def close(self):
         """Revoke (on_revoke), commit (auto commit), leave the group, stop.  Closing again does
         nothing (as confluent-kafka 2.x)."""

@@ -9,7 +9,7 @@ from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
 from ._stats import Stats
-from ._types import KafkaError, KafkaException, _from_report, to_kafka_error
+from ._types import KafkaError, KafkaException, _from_report, to_kafka_error, to_kafka_exception
 
 log = logging.getLogger("kwire.confluent")
 
@@ -189,6 +189,22 @@ class Producer:
 
     init_transactions = begin_transaction = commit_transaction = abort_transaction = _no_txn
     send_offsets_to_transaction = _no_txn
+
+    def cluster_id(self, timeout=-1):
+        """The cluster id the brokers report (None when they report none)."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        md = self._p._net.metadata
+        if md.cluster_id is None:
+            try:
+                return self._p.list_topics(None, _ck_timeout(timeout)).cluster_id
+            except KwireError as exc:
+                raise to_kafka_exception(exc) from None
+        return md.cluster_id
+
+    def set_sasl_credentials(self, username, password):
+        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                        "kwire takes SASL credentials from the configuration only"))
 
     def close(self, timeout=None):
         """Flush (up to ``timeout``, default without limit) and close.  Returns True."""
