@@ -336,6 +336,73 @@ def test_stats(capsys, scenario, decoded):
     assert f"{scenario.topic}-0" in text and "p99" in text
 
 
+def _legacy_message(offset: int, magic: int, key, value, *, attributes: int = 0,
+                    timestamp_ms: int = 1_700_000_000_000) -> bytes:
+    """One magic 0/1 message: offset:int64 size:int32 crc:uint32 magic:int8 attributes:int8
+    [timestamp:int64 (magic 1)] key:bytes value:bytes; CRC-32 over magic..end."""
+    import struct
+    import zlib
+
+    def b(x):
+        return struct.pack(">i", -1) if x is None else struct.pack(">i", len(x)) + x
+
+    body = struct.pack(">bb", magic, attributes) + (struct.pack(">q", timestamp_ms) if magic == 1 else b"") \
+        + b(key) + b(value)
+    msg = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(msg)) + msg
+
+
+def test_record_batches_in_full_for_every_magic(tmp_path, capsys):
+    """--records full on a Fetch response carrying a magic 0 message, a magic 1 message, a
+    gzip-compressed magic 1 wrapper and a magic 2 batch whose CRC was damaged: every header
+    field, the CRC verdict, timestamp types and compression by name, every record."""
+    import gzip
+    import struct
+
+    from .capture_util import CaptureBuilder, record_batch
+
+    inner = _legacy_message(0, 1, b"i0", b"inner-0") + _legacy_message(1, 1, None, b"inner-1")
+    # A compressed magic 1 wrapper carries its last inner offset; inner offsets are relative.
+    wrapper = _legacy_message(7, 1, None, gzip.compress(inner), attributes=1)
+    good = record_batch(8, [(b"k8", b"v8")])
+    bad = bytearray(record_batch(9, [(b"k9", b"v9")]))
+    bad[17:21] = struct.pack(">I", struct.unpack_from(">I", bad, 17)[0] ^ 1)  # the stored CRC
+    records = (_legacy_message(4, 0, b"m0", b"magic-0") + _legacy_message(5, 1, b"m1", b"magic-1") + wrapper
+               + good + bytes(bad))
+    b = CaptureBuilder().handshake()
+    b.send(P.encode_request("Fetch", 4, {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 1, "max_bytes": 1 << 20,
+                                         "isolation_level": 1, "topics": [{"topic": "legacy", "partitions": [
+                                             {"partition": 0, "fetch_offset": 4, "partition_max_bytes": 1 << 20}]}]},
+                            correlation_id=1, client_id="legacy"))
+    b.send(P.encode_response("Fetch", 4, {"responses": [{"topic": "legacy", "partitions": [
+        {"partition_index": 0, "high_watermark": 9, "last_stable_offset": 9, "records": records}]}]},
+        correlation_id=1), to_broker=False)
+    path = b.write(tmp_path / "legacy.pcap")
+    code, out, _ = run_cli(capsys, str(path), "--records", "full", "--format", "json")
+    resp = [json.loads(line) for line in out.splitlines()][1]
+    rs = resp["body"]["responses"][0]["partitions"][0]["records"]
+    assert "CRC" in rs["error"] or "crc" in rs["error"].lower()  # the strict decode fails...
+    contents = rs["contents"]  # ...and each batch is still shown, with its own verdict
+    assert [(c["magic"], c["base_offset"], c["compression"], c["crc_ok"]) for c in contents] == [
+        (0, 4, "none", True), (1, 5, "none", True), (1, 7, "gzip", True), (2, 8, "none", True),
+        (2, 9, "none", False)]
+    assert [c["timestamp_type"] for c in contents] == [
+        "NO_TIMESTAMP_TYPE", "CREATE_TIME", "CREATE_TIME", "CREATE_TIME", "CREATE_TIME"]
+    assert [[(r["offset"], r["value"]) for r in c["records"]] for c in contents] == [
+        [(4, b"magic-0".hex())], [(5, b"magic-1".hex())], [(6, b"inner-0".hex()), (7, b"inner-1".hex())],
+        [(8, b"v8".hex())], [(9, b"v9".hex())]]
+    v2 = contents[3]
+    assert (v2["producer_id"], v2["producer_epoch"], v2["base_sequence"], v2["last_offset_delta"],
+            v2["records_count"], v2["base_timestamp"], v2["max_timestamp"]) == (
+        -1, -1, -1, 0, 1, 1_700_000_000_000, 1_700_000_000_000)
+    assert code == 1  # a record set that does not decode strictly is a problem
+    code, out, _ = run_cli(capsys, str(path), "--records", "full")
+    assert "batch offsets 4-4, 1 record, magic 0, none, crc 0x" in out
+    assert "batch offsets 7-7, 2 records, magic 1, gzip" in out
+    assert "MISMATCH" in out and "CREATE_TIME base 2023-11-14T22:13:20.000000Z" in out
+    assert 'key "i0"  value "inner-0"' in out
+
+
 # --- packet numbers against Wireshark ---------------------------------------------------------
 
 def test_packet_numbers_and_headers_agree_with_tshark(scenario, decoded):
