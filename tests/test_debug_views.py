@@ -403,6 +403,55 @@ def test_record_batches_in_full_for_every_magic(tmp_path, capsys):
     assert 'key "i0"  value "inner-0"' in out
 
 
+def test_stats_group_timeline_through_a_rebalance(kafka, scenario, tmp_path, capsys):
+    """Two confluent-kafka consumers in one group, the second joining while the first is
+    assigned: the first learns of the rebalance from a heartbeat (REBALANCE_IN_PROGRESS), rejoins,
+    and both get partitions in the next generation -- as --stats tells it."""
+    import confluent_kafka as ck
+
+    group = f"rebalance-{scenario.topic}"
+    conf = {"bootstrap.servers": kafka.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 200, "enable.metrics.push": False}
+
+    def assigned(c, want: int, deadline_s: float = 30) -> None:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            c.poll(0.1)
+            if len(c.assignment()) == want:
+                return
+        pytest.fail(f"{c} not assigned {want} partitions")
+
+    with capturing(kafka.port, tmp_path) as pcap:
+        first = ck.Consumer({**conf, "client.id": "first"})
+        first.subscribe([scenario.topic])
+        assigned(first, 2)
+        second = ck.Consumer({**conf, "client.id": "second"})
+        second.subscribe([scenario.topic])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (len(first.assignment()) == 1 and len(second.assignment()) == 1):
+            first.poll(0.05)
+            second.poll(0.05)
+        assert len(first.assignment()) == len(second.assignment()) == 1
+        second.close()
+        first.close()
+    code, out, _ = run_cli(capsys, str(pcap), "--port", str(kafka.port), "--no-auto", "--stats", "--format", "json",
+                           "--group", group)
+    g = json.loads(out)["groups"][group]
+    assert len(g["generations"]) >= 2, g["generations"]
+    members = {m["client_id"]: m for m in g["members"].values()}
+    assert set(members) == {"first", "second"}
+    assert members["first"]["rebalances"] >= 1 and members["first"]["joins"] >= 2
+    assert len(members["first"]["generations"]) >= 2 and members["second"]["joins"] >= 1
+    events = [(e["client_id"], e["event"]) for e in g["timeline"]]
+    rebalance = events.index(("first", "rebalance"))
+    assert ("first", "joined (leader)") in events[rebalance:] or ("first", "joined") in events[rebalance:]
+    assigned_events = [e for e in g["timeline"] if e["event"] == "assigned" and e["client_id"] == "second"]
+    assert assigned_events and len(assigned_events[-1]["assigned"]) == 1
+    assert all(m["left"] for m in members.values())
+    code, text, _ = run_cli(capsys, str(pcap), "--port", str(kafka.port), "--no-auto", "--stats", "--group", group)
+    assert "rebalance  errors REBALANCE_IN_PROGRESS" in text
+
+
 # --- packet numbers against Wireshark ---------------------------------------------------------
 
 def test_packet_numbers_and_headers_agree_with_tshark(scenario, decoded):
