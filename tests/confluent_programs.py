@@ -315,3 +315,38 @@ def cluster_ids(ck, bootstrap, topic):
     out = {"consumer": c.cluster_id(timeout=10), "producer": p.cluster_id(timeout=10)}
     c.close()
     return out
+
+
+def rebalance(ck, bootstrap, topic, deadline_s=60):
+    """Two members of one group: the second one's arrival revokes from the first (on_revoke),
+    each ends with one partition; between them every message is seen."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    events = {"a": [], "b": []}
+
+    def cbs(name):
+        return {"on_assign": lambda c, ps: events[name].append(("assign", sorted(p.partition for p in ps))),
+                "on_revoke": lambda c, ps: events[name].append(("revoke", sorted(p.partition for p in ps)))}
+
+    a = _consumer(ck, bootstrap, group, **{"partition.assignment.strategy": "range"})
+    a.subscribe([topic], **cbs("a"))
+    seen = set()
+    end = time.monotonic() + deadline_s
+    while len(seen) < 4 and time.monotonic() < end:  # a few messages, then b joins
+        m = a.poll(0.5)
+        if m is not None and m.error() is None:
+            seen.add((m.partition(), m.offset()))
+    b = _consumer(ck, bootstrap, group, **{"partition.assignment.strategy": "range"})
+    b.subscribe([topic], **cbs("b"))
+    while (len(seen) < N or not (a.assignment() and b.assignment())) and time.monotonic() < end:
+        for c in (a, b):
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                seen.add((m.partition(), m.offset()))
+    final = sorted([sorted(p.partition for p in a.assignment()), sorted(p.partition for p in b.assignment())])
+    a.close()
+    b.close()
+    return {"all_seen": len(seen) == N, "final": final,
+            "a_revoked": any(e[0] == "revoke" for e in events["a"]),
+            "a_first": events["a"][0],
+            # which member gets which partition depends on the member ids: only how many
+            "b_assigned": [len(e[1]) for e in events["b"] if e[0] == "assign"][-1:]}

@@ -133,3 +133,10 @@ def test_offset_reset_error_is_an_error_message(peer, topics):
 def test_cluster_id(peer, topics):
     real, ours = both(prog.cluster_ids, peer, topics)
     assert ours == real
+
+
+def test_rebalance_between_two_members(peer, topics):
+    real, ours = both(prog.rebalance, peer, topics)
+    assert ours["all_seen"] and ours["final"] == [[0], [1]] and ours["a_revoked"]
+    assert ours["a_first"] == ("assign", [0, 1])
+    assert ours == real
