@@ -498,3 +498,32 @@ def test_partitioner_functions_match_confluent(name):
         ours(b"k", 0)
     with pytest.raises(TypeError):
         ours("k", 3)
+
+
+def test_logger_receives_kwire_log_records():
+    import logging
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    target = logging.getLogger("test.confluent.logger")
+    target.propagate = False
+    h = Collect()
+    target.addHandler(h)
+    target.setLevel(logging.DEBUG)
+    c = _consumer(logger=target, log_level=4)   # no error_cb: errors are logged
+    c.subscribe(["test"])
+    end = time.monotonic() + 20
+    while not h.records and time.monotonic() < end:
+        c.poll(0.5)
+    c.close()
+    assert bool(c) is True                       # a Consumer is true (it has no len())
+    assert any("_ALL_BROKERS_DOWN" in r.getMessage() for r in h.records)
+    n = len(h.records)
+    logging.getLogger("kwire.confluent").warning("after close")
+    assert len(h.records) == n                   # forwarding ends with the client

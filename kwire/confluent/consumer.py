@@ -502,10 +502,6 @@ class Consumer:
             self.close()
         return False
 
-    def __len__(self):
-        self._check()
-        return len(self._c._q)
-
     def _check(self):
         if self._closed:
             raise RuntimeError("Consumer closed")
