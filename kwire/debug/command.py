@@ -1,7 +1,9 @@
-"""``kwire decode``: Kafka frames from a capture file, or one frame given as hex.
+"""``kwire decode``: Kafka frames from a capture file, a live interface or stdin (streamed), or
+one frame given as hex; filtered, summarised or counted (docs/DECODE.md).
 
 Exit status: 0 when everything decoded, 1 when some bytes could not be (everything else is
-still printed), 2 for usage errors.
+still printed), 2 for usage errors (bad arguments, a path that is not a readable file, a
+``--hex`` frame whose size prefix disagrees with its length).
 """
 from __future__ import annotations
 

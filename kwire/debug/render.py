@@ -1,27 +1,30 @@
 """Decoded frames and trace events, for people and for scripts.
 
 An *event* is a dict (``Item.to_event()`` from a capture, or a live trace event normalised by
-:mod:`kwire.debug.trace`) with: ``kind`` ("request", "response", "undecoded", "gap", "note"),
-``ts`` (epoch seconds), ``client``/``broker`` addresses, ``node_id``, ``to_broker``, ``api``,
-``api_key``, ``version``, ``correlation_id``, ``client_id``, ``size_bytes`` (a frame's bytes on
-the wire, its size prefix included), ``rtt_ms``, ``body``, and for damage ``reason``, ``data``
-and ``offset``.
+:mod:`kwire.debug.trace`) with: ``kind`` ("request", "response", "undecoded", "gap", "tls",
+"note"), ``ts`` (epoch seconds), ``packet`` (the capture's packet number), ``client``/``broker``
+addresses, ``node_id``, ``to_broker``, ``api``, ``api_key``, ``version``, ``correlation_id``,
+``client_id`` (a response's is its request's), ``size_bytes`` (a frame's bytes on the wire, its
+size prefix included), ``rtt_ms``, ``body``, and for damage ``reason``, ``data``, ``offset``
+and ``partial`` (a :class:`kwire.debug.partial.Partial`).
 
 Text (``format="text"``)::
 
-    HH:MM:SS.ffffff  CLIENT → BROKER  Api vN  corr=C  client_id="x"  SIZE B
+    HH:MM:SS.ffffff  #PACKET  CLIENT → BROKER  Api vN  corr=C  client_id="x"  SIZE B
       field: value
+      acks: -1 (ALL)                     names beside numbers (kwire.debug.names)
       list:
         - field: value
-    HH:MM:SS.ffffff  CLIENT ← BROKER  Api vN  corr=C  SIZE B  rtt=R ms
+    HH:MM:SS.ffffff  #PACKET  CLIENT ← BROKER  Api vN  corr=C  SIZE B  rtt=R ms
 
-Times are UTC.  On a terminal the same lines are coloured through rich; piped, they are plain.
-JSON (``format="json"``) is one object per event and line, the body through
-:func:`kwire.protocol.api.to_jsonable` (bytes as hex, UUIDs as strings).
+``summary=True``: one line per event (:func:`summary_line`), errors named at its end.  Times
+are UTC.  On a terminal the same lines are coloured through rich; piped, they are plain.
+JSON (``format="json"``) is one object per event and line: the body with names beside the
+numbers, bytes as hex, UUIDs as strings, and ``errors`` ({name: count}).
 
 Record payloads (``records`` fields: Produce requests, Fetch responses) are summarised --
-batches, records, offset range, bytes, compression -- or, with ``records="full"``, decoded
-record by record (that needs :mod:`kwire.records`).
+batches, records, offset range, bytes, compression -- or, with ``records="full"``, every batch
+header (CRC checked) and record (that needs :mod:`kwire.records`).
 """
 from __future__ import annotations
 
