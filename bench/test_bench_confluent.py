@@ -11,6 +11,9 @@ each value, as bench/clients.py does:
 * ``confluent-message-access`` -- real confluent-kafka Message objects (constructed up front:
   only librdkafka can make consumed ones) checked the same way: the floor of its loop.
 
+and ``produce_calls``: 50,000 produce() calls into a producer that sends nothing (no broker
+listens, long linger): kwire's Producer, kwire.confluent's, confluent-kafka's.
+
 The end-to-end comparison against confluent-kafka on a broker is bench/clients.py
 (``kwire-confluent``, ``kwire-confluent-poll``, ``confluent-kafka``, ``confluent-kafka-poll``).
 """
@@ -116,3 +119,44 @@ def test_confluent_message_access(benchmark, report):
         return nb
     assert benchmark(run) == 100 * N
     report("confluent-adapter: confluent-kafka Message access only", N)
+
+
+# --- the produce() path: 50,000 calls, nothing sent (no broker listens; long linger) -------------
+
+P = 50_000
+_PCONF = {"bootstrap.servers": "127.0.0.1:1", "linger.ms": 300000, "queue.buffering.max.messages": 1_000_000,
+          "message.timeout.ms": 600000}
+
+
+def _produce_loop(make):
+    def setup():
+        return (make(),), {}
+
+    def run(p):
+        v = b"v" * 100
+        for i in range(P):
+            p.produce("t", v, b"k%d" % i, partition=i % 3)
+        return P
+    return setup, run
+
+
+@pytest.mark.parametrize("client", ["kwire", "kwire.confluent", "confluent-kafka"])
+def test_produce_calls(benchmark, report, client):
+    if client == "kwire":
+        from kwire.producer import Producer
+
+        def make():
+            return Producer({k: v for k, v in _PCONF.items() if k != "message.timeout.ms"})
+    elif client == "kwire.confluent":
+        from kwire.confluent import Producer
+
+        def make():
+            return Producer(_PCONF)
+    else:
+        import confluent_kafka
+
+        def make():
+            return confluent_kafka.Producer(_PCONF)
+    setup, run = _produce_loop(make)
+    assert benchmark.pedantic(run, setup=setup, rounds=3) == P
+    report(f"confluent-adapter: produce() calls, {client}", P)
