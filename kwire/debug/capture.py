@@ -496,7 +496,7 @@ def _request_header_ok(data: bytes, q: int) -> int | None:
     if not MIN_REQUEST_BYTES <= size <= MAX_FRAME_BYTES or corr < 0 or not -1 <= cid_len <= size - 10:
         return None
     a = P.APIS.get(key)
-    if a is None or not a.min_version <= version <= a.max_version:
+    if a is None or not a.decodes(version):
         return None
     return size
 
@@ -734,7 +734,7 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
         try:
             rf = P.decode_response(a, req.version, payload, size_prefix=False)
         except KwireError as exc:
-            part = partial_response(a, req.version, payload) if a.min_version <= req.version <= a.max_version \
+            part = partial_response(a, req.version, payload) if a.decodes(req.version) \
                 else None
             it = Item("undecoded", to_broker=False, data=frame, problem=True, api=a.name, api_key=a.key,
                       version=req.version, partial=part,

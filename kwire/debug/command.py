@@ -151,7 +151,7 @@ def _decode_hex_frame(frame: bytes, args, api):
             return False
         key, version, corr = struct.unpack_from(">hhi", frame, at)
         a = P.APIS.get(key)
-        return a is not None and a.min_version <= version <= a.max_version and corr >= 0
+        return a is not None and a.decodes(version) and corr >= 0
 
     n = len(frame)
     size = struct.unpack_from(">i", frame, 0)[0] if n >= 4 else None
@@ -229,7 +229,7 @@ def _run_hex(args, renderer: Renderer) -> int:
             else struct.pack(">i", len(frame)) + frame
         payload = prefixed[4:]
         part = (partial_response(api, args.version, payload) if args.response and
-                api.min_version <= args.version <= api.max_version else
+                api.decodes(args.version) else
                 None if args.response else partial_request(payload))
         if part is not None and part.reason:  # the same failure, its position counted in the frame
             reason = f"{'response' if args.response else 'request'} cannot be decoded: {part.reason}"

@@ -148,17 +148,18 @@ def partial_request(payload) -> Partial:
         version = result.header["api_version"] = r.fixed(_I16)
         result.header["correlation_id"] = r.fixed(_PI32)
         result.header["api"] = Name(api_name(key))
-        n = r.fixed(_I16)  # the client id: in every request header version kwire can meet
-        if n < -1:
-            raise ProtocolError(f"invalid client_id length {n}", position=r.pos - 2)
-        result.header["client_id"] = None if n < 0 else r.text(n)
         a = P.APIS.get(key)
+        if not (a is not None and a.decodes(version) and a.request_header_version(version) == 0):
+            n = r.fixed(_I16)  # the client id: every header but v0 (ControlledShutdown v0) has it
+            if n < -1:
+                raise ProtocolError(f"invalid client_id length {n}", position=r.pos - 2)
+            result.header["client_id"] = None if n < 0 else r.text(n)
         if a is None:
             raise ProtocolError(f"{api_name(key)} (api key {key}) is not in kwire's protocol tables",
                                 position=SIZE_PREFIX)
-        if not a.min_version <= version <= a.max_version:
+        if not a.decodes(version):
             raise ProtocolError(f"{a.name} v{version} is outside the versions kwire knows "
-                                f"({a.min_version}-{a.max_version})", position=SIZE_PREFIX + 2)
+                                f"({a.oldest_version}-{a.newest_version})", position=SIZE_PREFIX + 2)
         if a.request_header_version(version) >= 2:
             count = r.uvarint()
             for _ in range(count):
