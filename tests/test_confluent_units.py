@@ -527,3 +527,23 @@ def test_logger_receives_kwire_log_records():
     n = len(h.records)
     logging.getLogger("kwire.confluent").warning("after close")
     assert len(h.records) == n                   # forwarding ends with the client
+
+
+def test_admin_client_without_brokers_fails_fast():
+    import concurrent.futures
+    with pytest.raises(TypeError):
+        AdminClient()
+    a = AdminClient({"socket.timeout.ms": 10})   # the request timeout, as in librdkafka
+    assert a.poll(0.001) == 0
+    fs = a.create_topics([NewTopic("mytopic", 3, 2)])
+    with pytest.raises(KafkaException) as e:
+        for f in concurrent.futures.as_completed(iter(fs.values())):
+            f.result(timeout=5)
+    assert e.value.args[0].code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+    with pytest.raises(KafkaException) as e:
+        a.list_topics(timeout=0.2)
+    assert e.value.args[0].code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+    fs = a.delete_records([TopicPartition("t", 0, 5)])
+    with pytest.raises(KafkaException):
+        fs[TopicPartition("t", 0)].result(timeout=5)
+    a.close()

@@ -148,6 +148,14 @@ class AdminClient:
             raise config_error(exc) from None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kwire-admin")
 
+    def _request_timeout(self, request_timeout, operation_timeout) -> float:
+        """librdkafka's rule: request_timeout, by default socket.timeout.ms; at least the
+        operation_timeout the brokers are given."""
+        t = _timeout(request_timeout)
+        if t is None:
+            t = self._a.config.socket_timeout_ms / 1000
+        return max(t, float(operation_timeout or 0))
+
     def _submit(self, fn, *args) -> concurrent.futures.Future:
         return self._pool.submit(fn, *args)
 
@@ -165,9 +173,7 @@ class AdminClient:
                 raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                                 "replica_assignment is not supported by kwire"))
         futs = {t.topic: concurrent.futures.Future() for t in new_topics}
-        timeout = _timeout(request_timeout)
-        if timeout is None:
-            timeout = max(30.0, float(operation_timeout or 0))
+        timeout = self._request_timeout(request_timeout, operation_timeout)
 
         def run():
             try:
@@ -211,7 +217,7 @@ class AdminClient:
         if len({(tp.topic, tp.partition) for tp in topic_partition_offsets}) != len(topic_partition_offsets):
             raise ValueError("Duplicate partitions not allowed")
         futs = {tp: concurrent.futures.Future() for tp in topic_partition_offsets}
-        timeout = _timeout(request_timeout) or 30.0
+        timeout = self._request_timeout(request_timeout, operation_timeout)
 
         def run():
             offsets = {(tp.topic, tp.partition): tp.offset for tp in topic_partition_offsets}
