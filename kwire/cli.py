@@ -51,7 +51,8 @@ def _cluster_commands() -> dict:
 
 COMMANDS = {
     **_cluster_commands(),
-    "decode": ("decode Kafka frames: from a .pcap/.pcapng capture, or one frame as hex", _add_decode, _run_decode),
+    "decode": ("decode Kafka frames: from a .pcap/.pcapng capture, a live interface (-i) or stdin (-), "
+               "or one frame as hex; filters, --summary, --stats", _add_decode, _run_decode),
     "demo": ("the main job: embedded broker, produce, read, aggregate, commit", _add_demo, _run_demo),
 }
 
