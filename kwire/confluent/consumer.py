@@ -128,6 +128,7 @@ class Consumer:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
         buf = self._buf
         if buf is not None:  # what poll() left of its batch comes first
+            self._c._last_poll_ms = _monotonic_ns() // 1_000_000
             i = self._bi
             j = i + num_messages
             if j >= len(buf):
@@ -380,7 +381,9 @@ class Consumer:
             rec = _RecordView(message)
         elif offsets is None and self._buf is not None:
             # poll() holds records kwire counts as the application's: commit what it had
-            offsets = self._with_held(_tps(self._c.position(self._c.assignment())))
+            # (kwire's own commit() takes the positions after the records it returned: _pos)
+            offsets = self._with_held([TopicPartition(t, p, off, None, -1 if ep is None else ep)
+                                       for (t, p), (off, ep, _f) in list(self._c._pos.items())])
             offsets = [tp for tp in offsets if tp.offset >= 0]
         try:
             res = self._c.commit(message=rec, offsets=None if offsets is None else _in(offsets),
