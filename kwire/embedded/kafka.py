@@ -318,8 +318,13 @@ class KafkaCluster:
 
     def _random_uuid(self) -> str:
         # A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Uuid.toString).
+        # Like Kafka's Uuid.randomUuid, never one starting with '-': StorageTool would read
+        # "-t -xyz" as an option and fail ("--cluster-id: expected one argument").
         import base64
-        return base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        while True:
+            uid = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            if uid[0] != "-":
+                return uid
 
     def replication_properties(self) -> dict[str, str]:
         n = len(self.nodes_ids)
