@@ -379,11 +379,14 @@ class Consumer:
         rec = None
         if message is not None:
             rec = _RecordView(message)
-        elif offsets is None and self._buf is not None:
-            # poll() holds records kwire counts as the application's: commit what it had
+        elif offsets is None and self._buf is not None and self._c._auto_store:
+            # poll() holds records kwire counts as the application's: commit what it had (with
+            # enable.auto.offset.store=false kwire commits what store_offsets() stored instead)
             # (kwire's own commit() takes the positions after the records it returned: _pos)
+            assigned = self._c._assigned
             offsets = self._with_held([TopicPartition(t, p, off, None, -1 if ep is None else ep)
-                                       for (t, p), (off, ep, _f) in list(self._c._pos.items())])
+                                       for (t, p), (off, ep, _f) in list(self._c._pos.items())
+                                       if (t, p) in assigned])
             offsets = [tp for tp in offsets if tp.offset >= 0]
         try:
             res = self._c.commit(message=rec, offsets=None if offsets is None else _in(offsets),
