@@ -182,6 +182,19 @@ def _metadata_broker_ids(host: str, port: int, timeout_s: float = 2.0) -> set[in
     return {b["node_id"] for b in resp.body["brokers"]}
 
 
+def _detach_and_die_with_parent() -> None:
+    """In the child before exec: a session of its own (signals reach the JVM's whole group)
+    and, on Linux, SIGKILL when the thread that started it dies -- so a killed test run or
+    benchmark leaves no broker behind (start nodes from a long-lived thread)."""
+    os.setsid()
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class KafkaNode:
     """One combined broker+controller process of a :class:`KafkaCluster`."""
 
@@ -242,7 +255,8 @@ class KafkaNode:
              "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={c.workdir / 'log4j2.properties'}",
              f"-Dkafka.logs.dir={self.log_dir}", *c.jvm_args, "-cp", c.classpath, "kafka.Kafka",
              str(self.config_path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_detach_and_die_with_parent)
         log.close()
 
     def ready(self) -> bool:

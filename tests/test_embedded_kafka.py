@@ -1,0 +1,80 @@
+"""The Apache Kafka fixture itself (kwire.embedded.kafka): what the rest of the suite relies on.
+
+* a download that cannot happen is an EmbeddedBrokerError naming what is missing, never a skip;
+* a broker never outlives the process that started it, even one killed without teardown;
+* a stopped and restarted node keeps its data (log.dirs survive ``stop``).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kwire.admin import Admin
+from kwire.embedded import EmbeddedBrokerError
+from kwire.embedded import kafka as ek
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_missing_maven_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KWIRE_KAFKA_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn anywhere
+    with pytest.raises(EmbeddedBrokerError, match="mvn.*not on PATH"):
+        ek.kafka_jars("4.3.1")
+
+
+def test_a_version_maven_central_does_not_serve_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KWIRE_KAFKA_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(EmbeddedBrokerError, match=r"downloading Apache Kafka 0\.0\.1 from Maven Central failed"):
+        ek.kafka_jars("0.0.1")
+    assert not (tmp_path / "cache" / "0.0.1" / "lib" / ".complete").exists()
+
+
+def test_cluster_ids_never_look_like_options():
+    cluster = ek.KafkaCluster.__new__(ek.KafkaCluster)
+    assert all(not cluster._random_uuid().startswith("-") for _ in range(2000))
+
+
+def test_a_killed_parent_takes_its_broker_along(tmp_path):
+    script = (
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from kwire.embedded.kafka import KafkaCluster\n"
+        "k = KafkaCluster(1)\n"
+        "print(k.nodes[1].proc.pid, flush=True)\n"
+        "os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pid = int(out.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail(f"the Kafka JVM {pid} outlived the process that started it")
+
+
+def test_a_restarted_node_keeps_its_data(request):
+    from .kafka_util import start_kafka, stop_kafka
+
+    cluster = start_kafka(request, 1)
+    try:
+        with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+            admin.create_topics([("kept", 2, 1)], timeout=20, wait_for_leaders=True)
+        cluster.stop_node(1)
+        assert not cluster.nodes[1].running
+        cluster.start_node(1)
+        with Admin({"bootstrap.servers": cluster.bootstrap}) as admin:
+            snap = admin.wait_for_topics(["kept"], timeout=30)
+            assert sorted(snap.topics["kept"].partitions) == [0, 1]
+        assert cluster.startup_s[1] > 0
+    finally:
+        stop_kafka(request, cluster)
