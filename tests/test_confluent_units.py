@@ -547,3 +547,24 @@ def test_admin_client_without_brokers_fails_fast():
     with pytest.raises(KafkaException):
         fs[TopicPartition("t", 0)].result(timeout=5)
     a.close()
+
+
+@pytest.mark.parametrize("exc,code", [
+    ("KafkaTimeoutError", "_TIMED_OUT"), ("KafkaConnectionError", "_TRANSPORT"),
+    ("AuthenticationError", "_AUTHENTICATION"), ("SslAuthenticationError", "_SSL"),
+    ("ConfigError", "_INVALID_ARG"), ("NoOffsetForPartitionError", "_AUTO_OFFSET_RESET"),
+    ("LogTruncationError", "_LOG_TRUNCATION"), ("CorruptRecordError", "_BAD_MSG"),
+    ("MaxPollIntervalExceededError", "_MAX_POLL_EXCEEDED"), ("NotAssignedError", "_UNKNOWN_PARTITION")])
+def test_kwire_errors_become_librdkafka_codes(exc, code):
+    from kwire import errors
+    from kwire.confluent._types import to_kafka_error
+    err = to_kafka_error(getattr(errors, exc)("why"))
+    assert err.code() == getattr(KafkaError, code) and "why" in err.str()
+
+
+def test_broker_errors_keep_code_and_retriable():
+    from kwire import errors
+    from kwire.confluent._types import to_kafka_error
+    err = to_kafka_error(errors.for_code(6, "t [0]"))      # NOT_LEADER_OR_FOLLOWER
+    assert (err.code(), err.name(), err.retriable()) == (6, "NOT_LEADER_FOR_PARTITION", True)
+    assert to_kafka_error(errors.for_code(9999)).code() == 9999

@@ -126,7 +126,9 @@ KafkaError.END_ALL = max(c for c, _, _ in CODES) + 1
 del _code, _name
 
 # kwire's client-side failures -> librdkafka's local error codes (most specific class first)
-_LOCAL = (
+_LOCAL = tuple((cls, code) for cls, code in (
+    (getattr(_kerr, "MaxPollIntervalExceededError", None), KafkaError._MAX_POLL_EXCEEDED),
+    (getattr(_kerr, "NotAssignedError", None), KafkaError._UNKNOWN_PARTITION),
     (_kerr.SslAuthenticationError, KafkaError._SSL),
     (_kerr.AuthenticationError, KafkaError._AUTHENTICATION),
     (_kerr.KafkaTimeoutError, KafkaError._TIMED_OUT),
@@ -139,7 +141,7 @@ _LOCAL = (
     (_kerr.ProtocolError, KafkaError._BAD_MSG),
     (_kerr.UnsupportedVersionError, KafkaError._UNSUPPORTED_FEATURE),
     (_kerr.CommitFailedError, KafkaError._FAIL),
-)
+) if cls is not None)
 
 
 def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaError | None:
