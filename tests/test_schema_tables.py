@@ -492,4 +492,6 @@ def test_tables_match_the_spec_json_shipped_by_kafka_python():
     a, b = plans(M), plans(theirs)
     assert len({k[0] for k in b}) >= 52
     assert set(b) <= set(a)  # everything kafka-python has, we have
-    assert [k for k in b if a[k] != b[k]] == []
+    # kwire's own corrections (tools/schema_overrides.py) differ on purpose, and only there
+    overridden = {("SyncGroup", "response")}  # a null Assignment is accepted (issue 14)
+    assert [k for k in b if a[k] != b[k] and k[:2] not in overridden] == []

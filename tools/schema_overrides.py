@@ -23,4 +23,14 @@ Each entry names the KIP or Kafka release it comes from.  Fields that end up out
 valid versions need no "remove": the transcriber drops them and trims every range.
 """
 
-OVERRIDES: dict[str, dict] = {}
+OVERRIDES: dict[str, dict] = {
+    # Kafka's spec says the assignment is never null, and Kafka never sends null; a broker that
+    # does on an error answer (seen from a hostile test broker) made the strict decoder fail the
+    # whole answer and lose its error code (REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID, ...).
+    # Decoding null keeps it (issue 14, defect 11).
+    "SyncGroupResponse": {
+        "notes": ["kwire: a null Assignment is accepted (Kafka sends empty bytes, never null; a "
+                  "broker that sends null with an error code keeps its error code)."],
+        "fields": [{"op": "set", "path": "Assignment", "nullableVersions": "0+"}],
+    },
+}

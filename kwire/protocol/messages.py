@@ -1106,14 +1106,15 @@ SYNC_GROUP_RESPONSE = Message(
     notes=(
         "Version 1 adds throttle time.\n"
         "Starting in version 2, on quota violation, brokers send out responses before throttling.\n"
-        "Version 4 is the first flexible version."
+        "Version 4 is the first flexible version.\n"
+        "kwire: a null Assignment is accepted (Kafka sends empty bytes, never null; a broker that sends null with an error code keeps its error code)."
     ),
     fields=(
         F('ThrottleTimeMs', 'int32', '1+'),
         F('ErrorCode', 'int16', '0+'),
         F('ProtocolType', 'string', '5+', nullable='5+'),
         F('ProtocolName', 'string', '5+', nullable='5+'),
-        F('Assignment', 'bytes', '0+'),
+        F('Assignment', 'bytes', '0+', nullable='0+'),
     ),
 )
 
