@@ -102,6 +102,13 @@ PROPERTIES: tuple[Prop, ...] = (
        "it fails with KafkaTimeoutError.", min=1, max=900000),
     _p("socket.connection.setup.timeout.ms", "int", 30000, "Maximum time to establish a TCP "
        "connection and negotiate ApiVersions.", min=1000, max=INT32_MAX),
+    _p("socket.connection.setup.stall.ms", "int", 2000, "A connection being set up (TCP connect, "
+       "TLS, ApiVersions, SASL) that makes no progress -- no state change, no byte received -- for "
+       "this long is given up and tried again after the reconnect backoff; each consecutive "
+       "stalled attempt of that broker waits twice as long, up to "
+       "socket.connection.setup.timeout.ms.  A path that swallowed a connection (a blackhole "
+       "that has since lifted) then costs seconds, not the whole setup timeout.",
+       min=100, max=INT32_MAX),
     _p("reconnect.backoff.ms", "int", 100, "Initial wait before reconnecting to a broker; doubles "
        "per failed attempt (with +-20% jitter) up to reconnect.backoff.max.ms.",
        min=0, max=3600000),
@@ -382,6 +389,11 @@ def parse_config(user: Mapping[str, Any] | None = None, role: str = "consumer", 
         if "heartbeat.interval.ms" in explicit:
             raise ConfigError("invalid value for configuration property 'heartbeat.interval.ms': "
                               "must be lower than session.timeout.ms")
+    if role == CONSUMER and values.get("max.poll.interval.ms", 1) < values.get("session.timeout.ms", 0):
+        # (as librdkafka: the member would be expelled for not polling before its session
+        # could even notice it had gone)
+        raise ConfigError("invalid value for configuration property 'max.poll.interval.ms': "
+                          "must be >= session.timeout.ms")
     return Config(values, role, explicit)
 
 

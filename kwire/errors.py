@@ -87,6 +87,26 @@ class NotAssignedError(CommitFailedError):
         self.partitions = list(partitions)
 
 
+class RebalanceInProgressError(CommitFailedError):
+    """A group member's commit met a rebalance it cannot commit through: the member has joined
+    the next generation but not yet received its assignment (the broker refuses commits then).
+    Retriable: commit again after the next poll()/consume() (on_assign has run by then).
+    Commits of owned partitions while the group merely prepares a cooperative rebalance go
+    through without this."""
+
+    retriable = True
+
+
+class ConsumerClosedError(KwireError, RuntimeError):
+    """A call on a consumer after close() (confluent-kafka raises RuntimeError there too)."""
+
+
+class ConcurrentUseError(KwireError, RuntimeError):
+    """poll()/consume() of one Consumer called from a second thread while the first is still in
+    it.  A consumer's application side has one owner at a time (see Consumer); the second call
+    raises at once instead of taking records half way through the first's."""
+
+
 class MaxPollIntervalExceededError(KwireError):
     """The application did not call poll()/consume() within max.poll.interval.ms: the member
     left the group and its partitions were lost (on_lost ran first).  Raised once from the next

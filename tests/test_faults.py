@@ -121,6 +121,60 @@ def test_stalled_path_times_out_then_recovers(proxied):
         assert c.request(None, "Metadata", _md, 5000)["brokers"]
 
 
+def test_connection_swallowed_by_a_passing_blackhole_recovers_before_the_setup_timeout(proxied):
+    """A connection made while the path swallowed everything (accepted, never answered) is
+    given up once it makes no progress for socket.connection.setup.stall.ms, not after the whole
+    socket.connection.setup.timeout.ms (30 s here): a request made during a 1 s blackhole is
+    answered within its 15 s timeout."""
+    with NetworkClient({"bootstrap.servers": proxied.bootstrap, "reconnect.backoff.ms": 100},
+                       auto_metadata=False) as c:
+        assert c.request(None, "Metadata", _md, 5000)["brokers"]
+        proxied.proxy.blackhole = True
+        proxied.proxy.drop_all()
+        end = time.monotonic() + 5
+        while any(c.is_ready(n) for n in (-1, *c.metadata.brokers)) and time.monotonic() < end:
+            c.poll(50)
+        f = c.send(None, "Metadata", _md, timeout_ms=15000)
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            c.poll(50)
+        assert proxied.proxy.accepted >= 2  # reconnected into the blackhole
+        proxied.proxy.blackhole = False
+        c.wait(f)
+        assert f.error is None, f.error
+        assert f.response["brokers"]
+
+
+def test_group_commits_recover_soon_after_a_blackhole(proxied, unique_topic):
+    """A group member's connections are cut and its reconnections swallowed for a second:
+    coordinator rediscovery and the commit recover within the commit's own timeout
+    (request.timeout.ms 15 s, half the connection setup timeout)."""
+    _create(proxied.bootstrap, unique_topic, 1)
+    with kwire.Producer({"bootstrap.servers": proxied.bootstrap}) as p:
+        for i in range(10):
+            p.produce(unique_topic, b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+    cfg = {"bootstrap.servers": proxied.bootstrap, "group.id": f"g-{unique_topic}",
+           "auto.offset.reset": "earliest", "enable.auto.commit": False,
+           "session.timeout.ms": 45000, "heartbeat.interval.ms": 1000, "request.timeout.ms": 15000}
+    with Consumer(cfg) as c:
+        c.subscribe([unique_topic])
+        got = []
+        end = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < end:
+            got.extend(c.consume(10, timeout=0.2))
+        assert len(got) == 10
+        c.commit(asynchronous=False)
+        proxied.proxy.blackhole = True
+        proxied.proxy.drop_all()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            c.consume(10, timeout=0.1)
+        proxied.proxy.blackhole = False
+        res = c.commit(offsets=[TopicPartition(unique_topic, 0, 10)], asynchronous=False)
+        assert res[0].offset == 10
+
+
 def test_dropped_connections_fail_in_flight_requests_then_reconnect(proxied):
     with NetworkClient({"bootstrap.servers": proxied.bootstrap, "reconnect.backoff.ms": 20},
                        auto_metadata=False) as c:

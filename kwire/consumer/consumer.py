@@ -12,6 +12,12 @@ Two threads, one owner each:
   whole chunks at a time (one list per partition per fetch), without a lock per record, and
   posts commands to the driver.  Rebalance callbacks run here, in order with the records.
 
+Threading model for the application: one thread at a time uses a Consumer.  It may be handed
+from one thread to another, but poll()/consume() must not run in two threads at once: the
+second, concurrent call raises ConcurrentUseError at once (it would take records from the
+middle of what the first is handing out).  Other calls (commit, seek, pause, assignment, ...)
+belong to the same thread as poll(), or to the callbacks poll() runs.
+
 The queue carries record chunks and events (seek completions, errors, commit results).  Every
 chunk carries the partition's *fence* (see SubscriptionState): after seek(), pause() or a
 revocation the application drops chunks fetched under an older fence, so no per-partition lock
@@ -28,12 +34,14 @@ auto.commit.interval.ms, before every revocation and on close.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 from ..config import Config, parse_config
-from ..errors import (KafkaTimeoutError, KwireError, LogTruncationError, MaxPollIntervalExceededError,
+from ..errors import (ConcurrentUseError, ConfigError, ConsumerClosedError, KafkaTimeoutError,
+                      KwireError, LogTruncationError, MaxPollIntervalExceededError,
                       NoOffsetForPartitionError)
 from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
@@ -42,10 +50,10 @@ from .coordinator import GroupCoordinator
 from .fetcher import Fetcher, FetchedChunk
 from .offsets import READ_COMMITTED, READ_UNCOMMITTED, ListOffsetsResult, PositionManager
 from .subscription import FetchState, ResetStrategy, SubscriptionState
-from .types import (COORDINATOR, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, OFFSET_BEGINNING, OFFSET_END,
-                    OFFSET_INVALID, OFFSET_STORED, AssignPartitions, CommitResult, CommittedResult,
-                    ErrorAction, LosePartitions, OffsetAndMetadata, Request, RevokePartitions,
-                    TopicPartition)
+from .types import (COORDINATOR, COORDINATOR_BROKER, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+                    OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, AssignPartitions,
+                    CommitResult, CommittedResult, ErrorAction, LosePartitions, OffsetAndMetadata,
+                    Request, RevokePartitions, TopicPartition)
 
 log = logging.getLogger("kwire.consumer")
 
@@ -195,6 +203,7 @@ class Consumer:
         self._auth_reported: BaseException | None = None  # driver writes: last one pushed
 
         # application-thread state
+        self._in_app = threading.Lock()      # held by the thread inside poll()/consume()
         self._cur: list | None = None
         self._cur_chunk: FetchedChunk | None = None
         self._cur_tp = None
@@ -239,6 +248,12 @@ class Consumer:
             raise KwireError("subscribe() needs group.id")
         if not topics:
             raise ValueError("subscribe() needs at least one topic")
+        for t in topics:
+            if t.startswith("^"):
+                try:
+                    re.compile(t)
+                except re.error as exc:
+                    raise ConfigError(f"invalid topic pattern {t!r} in subscribe(): {exc}") from None
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         self._app_subscribed = True
         self._call("subscribe", topics)
@@ -279,6 +294,17 @@ class Consumer:
 
     def poll(self, timeout: float | None = None):
         """The next record, or None after ``timeout`` seconds (None or -1: wait forever)."""
+        if not self._in_app.acquire(False):
+            raise ConcurrentUseError("poll() called while poll()/consume() of this consumer runs "
+                                     "(in another thread, or in a callback it runs)")
+        try:
+            if self._closed:
+                raise ConsumerClosedError("poll() on a closed consumer")
+            return self._poll(timeout)
+        finally:
+            self._in_app.release()
+
+    def _poll(self, timeout):
         self._app_enter()
         if self._urgent:
             self._take_urgent()
@@ -307,6 +333,17 @@ class Consumer:
         (None or -1: forever) and returns as soon as nothing more is buffered."""
         if num_messages < 0 or num_messages > 1_000_000:
             raise ValueError("num_messages must be between 0 and 1000000")
+        if not self._in_app.acquire(False):
+            raise ConcurrentUseError("consume() called while poll()/consume() of this consumer "
+                                     "runs (in another thread, or in a callback it runs)")
+        try:
+            if self._closed:
+                raise ConsumerClosedError("consume() on a closed consumer")
+            return self._consume(num_messages, timeout)
+        finally:
+            self._in_app.release()
+
+    def _consume(self, num_messages, timeout):
         self._app_enter()
         if self._urgent:
             self._take_urgent()
@@ -535,6 +572,7 @@ class Consumer:
             self._q.clear()
             self._urgent.clear()
             self._cur = None
+            self._assigned = {}  # assignment() of a closed consumer: nothing
 
     def __enter__(self) -> "Consumer":
         return self
@@ -554,7 +592,7 @@ class Consumer:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KwireError("the consumer is closed")
+            raise ConsumerClosedError("the consumer is closed")
         if self._driver_error is not None:
             raise self._driver_error
 
@@ -1104,13 +1142,23 @@ class Consumer:
 
     def _send(self, req: Request) -> None:
         node = req.node
-        if node == COORDINATOR:
+        if node == COORDINATOR_BROKER:
             node = self._coord.coordinator_id
             if node is None:
                 from ..errors import KafkaConnectionError
                 req.owner.on_response(req, KafkaConnectionError("the group coordinator is unknown"),
                                       now_ms())
                 return
+        elif node == COORDINATOR:
+            coord = self._coord
+            node = coord.coordinator_id
+            if node is None:
+                from ..errors import KafkaConnectionError
+                req.owner.on_response(req, KafkaConnectionError("the group coordinator is unknown"),
+                                      now_ms())
+                return
+            # its own connection: a JoinGroup held for the rebalance does not stop the fetches
+            node = self._net.group_node(node, coord.coordinator_host, coord.coordinator_port)
         f = self._net.send(node, req.api, req.body, timeout_ms=req.timeout_ms,
                            min_version=req.min_version, max_version=req.max_version)
         self._inflight[f] = req

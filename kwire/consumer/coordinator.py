@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import (CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError,
-                      MaxPollIntervalExceededError, NotAssignedError)
+                      MaxPollIntervalExceededError, NotAssignedError, RebalanceInProgressError)
 from ._codes import E, error as broker_error, is_retriable
 from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
                         decode_member_subscription, rebalance_protocol)
 from .subscription import FetchState, SubscriptionState
-from .types import (COORDINATOR, AssignPartitions, CommitResult, CommittedResult, ErrorAction,
-                    LosePartitions, OffsetAndMetadata, Request, RevokePartitions)
+from .types import (COORDINATOR, COORDINATOR_BROKER, AssignPartitions, CommitResult,
+                    CommittedResult, ErrorAction, LosePartitions, OffsetAndMetadata, Request,
+                    RevokePartitions)
 
 log = logging.getLogger("kwire.consumer.coordinator")
 
@@ -977,10 +978,28 @@ class GroupCoordinator:
                 continue
             if self.coordinator_id is None or now_ms < c.next_try_ms:
                 continue
-            if self.subs.is_auto and self.state in (MemberState.JOINING, MemberState.SYNCING):
-                continue  # the generation is being renegotiated; wait for it
+            if self.subs.is_auto and not self._can_commit_now():
+                self._finish_commit(c, RebalanceInProgressError(
+                    "commit failed: the group is completing a rebalance (joined generation "
+                    f"{self.generation}, assignment not received yet); commit again after the "
+                    "next poll()"))
+                continue
             out.append(self._commit_request(c))
             c.inflight = True
+
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast.  While the group
+        prepares a rebalance the broker still takes commits of the current generation (it
+        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
+        cooperative member keeps its partitions then, and commits them over the broker's
+        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
+        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
+        rather than wait out the rebalance."""
+        if self.state is MemberState.SYNCING:
+            return False
+        if self.state is MemberState.JOINING:
+            return self.protocol == COOPERATIVE and self._generation_valid()
+        return True
 
     def _commit_request(self, c: _Commit) -> Request:
         by_topic: dict[str, list] = {}
@@ -1000,7 +1019,7 @@ class GroupCoordinator:
                 "group_instance_id": self.group_instance_id if member else None,
                 "retention_time_ms": -1, "topics": topics}
         max_version = None if self._topic_ids_complete(by_topic) else 9
-        return Request(COORDINATOR, "OffsetCommit", lambda v: body, max_version=max_version,
+        return Request(COORDINATOR_BROKER, "OffsetCommit", lambda v: body, max_version=max_version,
                        timeout_ms=self.request_timeout_ms,
                        context=self._ctx("commit", c.seq), owner=self)
 
@@ -1049,7 +1068,8 @@ class GroupCoordinator:
                               E.REBALANCE_IN_PROGRESS,)):
                     retry[tp] = om
                 elif code == E.REBALANCE_IN_PROGRESS:
-                    failure = CommitFailedError(f"commit failed: {broker_error(code)}")
+                    failure = RebalanceInProgressError(
+                        f"commit failed: {broker_error(code)}; commit again after the next poll()")
                     if self.state is MemberState.STABLE:
                         self.request_rejoin("commit saw a rebalance")
                 elif code in (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID):
@@ -1086,7 +1106,7 @@ class GroupCoordinator:
                 "groups": [{"group_id": self.group_id, "member_id": None, "member_epoch": -1,
                             "topics": topics}]}
         max_version = None if self._topic_ids_complete(by_topic) else 9
-        return Request(COORDINATOR, "OffsetFetch", lambda v: body, max_version=max_version,
+        return Request(COORDINATOR_BROKER, "OffsetFetch", lambda v: body, max_version=max_version,
                        timeout_ms=self.request_timeout_ms,
                        context=self._ctx(kind, payload), owner=self)
 

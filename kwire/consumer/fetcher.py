@@ -25,6 +25,11 @@ aborted_transactions say which producer's batches from which offset; the abort m
 them) and control batches are never returned.  The position moves to the last offset of the
 last complete batch + 1, so control batches and compaction gaps are stepped over; a trailing
 partial batch (cut by the size limit) is left for the next fetch.
+
+Failures: a lost connection or a timeout is retried quietly (after retry.backoff.ms); an answer
+that cannot be read (a ProtocolError: absurd lengths, a truncated or undecodable frame) is
+retried too but reported as an ErrorAction (the consumer passes it to error_cb, or logs it) and
+logged, once per broker until a fetch from it succeeds again -- garbage is never silent.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import struct
 from itertools import chain
 from typing import Any, Callable
 
-from ..errors import KwireError, TruncatedError
+from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError, TruncatedError
 from ..protocol.schema import ZERO_UUID
 from ._codes import E, error as broker_error, is_invalid_metadata
 from .subscription import SubscriptionState
@@ -283,6 +288,7 @@ class Fetcher:
         self._backoff_until: dict[TP, int] = {}
         self._node_backoff_until: dict[int, int] = {}
         self._decode_failed: set = set()
+        self._garbled_nodes: set = set()  # nodes whose last answer could not be read (reported)
         self._actions: list = []
         self.starved = False  # True while the buffer budget keeps us from fetching
 
@@ -436,13 +442,21 @@ class Fetcher:
             del self.inflight[node]
         session = self.sessions.get(node)
         if isinstance(resp, BaseException):
-            log.debug("fetch from node %s failed: %s", node, resp)
+            if isinstance(resp, (KafkaConnectionError, KafkaTimeoutError)) or \
+                    not isinstance(resp, KwireError):
+                log.debug("fetch from node %s failed: %s", node, resp)
+            elif node not in self._garbled_nodes:
+                # the broker's answer could not be read: it may say the same again and again
+                self._garbled_nodes.add(node)
+                log.warning("fetch from node %s failed: %s", node, resp)
+                self._actions.append(ErrorAction(resp, partitions=sorted(ctx["offsets"])))
             if session is not None:
                 session.reset()
             self._node_backoff_until[node] = now_ms + self.retry_backoff_ms
             self.metadata.request_update()
             return []
         self._node_backoff_until.pop(node, None)
+        self._garbled_nodes.discard(node)
         top_code = resp.get("error_code", 0)
         if session is not None:
             session.on_response(top_code, resp.get("session_id", 0))

@@ -53,6 +53,7 @@ class _Query:
     errors: dict = field(default_factory=dict)
     inflight: set = field(default_factory=set)   # tps in flight
     next_try_ms: int = 0
+    metadata_version: int = -1  # the cache's version when asked: only newer answers are trusted
 
 
 def _by_topic(items: dict[TP, dict]) -> list[dict]:
@@ -75,6 +76,7 @@ class PositionManager:
         self._queries: list[_Query] = []
         self._actions: list = []
         self._metadata_version = -1
+        self._missing_reported: set = set()  # manually assigned tps reported as not existing
 
     def drain_actions(self) -> list:
         out, self._actions = self._actions, []
@@ -88,11 +90,33 @@ class PositionManager:
             return None, -1
         return p.leader, p.leader_epoch
 
+    def _missing(self, tp: TP) -> bool:
+        """Whether the cluster said ``tp`` does not exist (its topic unknown, or the topic
+        without that partition): the cache's answer, not merely its ignorance."""
+        t = self.metadata.topic(tp[0])
+        if t is None:
+            return False
+        if t.error_code == E.UNKNOWN_TOPIC_OR_PARTITION and not t.partitions:
+            return True
+        return not t.error_code and bool(t.partitions) and tp[1] not in t.partitions
+
     def on_metadata(self) -> None:
-        """After a metadata update: positions under a new leader epoch need validating."""
+        """After a metadata update: positions under a new leader epoch need validating;
+        manually assigned partitions the cluster says do not exist are reported (once, until
+        they appear)."""
         if self.metadata.version == self._metadata_version:
             return
         self._metadata_version = self.metadata.version
+        if not self.subs.is_auto:
+            for tp in self.subs.assigned():
+                if self._missing(tp):
+                    if tp not in self._missing_reported:
+                        self._missing_reported.add(tp)
+                        self._actions.append(ErrorAction(broker_error(
+                            E.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]} [{tp[1]}] does not exist"),
+                            partitions=[tp]))
+                else:
+                    self._missing_reported.discard(tp)
         for tp, st in self.subs.items():
             if st.position is None:
                 continue
@@ -202,7 +226,8 @@ class PositionManager:
         """Offsets for timestamps (or EARLIEST/LATEST); answered by a ListOffsetsResult."""
         q = _Query(dict(timestamps), token,
                    now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms),
-                   self.isolation_level if isolation_level is None else isolation_level)
+                   self.isolation_level if isolation_level is None else isolation_level,
+                   metadata_version=self.metadata.version)
         if not timestamps:
             self._actions.append(ListOffsetsResult({}, {}, token))
             return
@@ -218,6 +243,17 @@ class PositionManager:
             if now_ms < q.next_try_ms:
                 continue
             todo = [tp for tp in q.timestamps if tp not in q.inflight]
+            if self.metadata.version > q.metadata_version:
+                # the cluster has answered since the query was made: a partition it says does
+                # not exist is an error now, not a wait until the timeout
+                for tp in [tp for tp in todo if self._missing(tp)]:
+                    q.errors[tp] = broker_error(E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                f"{tp[0]} [{tp[1]}] does not exist")
+                    del q.timestamps[tp]
+                    todo.remove(tp)
+                if not q.timestamps:
+                    self._finish_query(q)
+                    continue
             if not todo:
                 continue
             for node, tps in self._group_by_leader(todo, now_ms).items():

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-from ..errors import KwireError, LogTruncationError, NoOffsetForPartitionError
+from ..errors import ConfigError, KwireError, LogTruncationError, NoOffsetForPartitionError
 from .types import OffsetAndMetadata
 
 TP = tuple
@@ -147,7 +147,7 @@ class SubscriptionState:
         try:
             patterns = tuple(re.compile(t) for t in topics if t.startswith("^"))
         except re.error as exc:
-            raise ValueError(f"bad topic pattern: {exc}") from None
+            raise ConfigError(f"invalid topic pattern in subscribe(): {exc}") from None
         new_type = SubscriptionType.AUTO_PATTERN if patterns else SubscriptionType.AUTO_TOPICS
         changed = (names != self.topics or [p.pattern for p in patterns]
                    != [p.pattern for p in self.patterns] or new_type is not self.type)

@@ -87,13 +87,18 @@ class OffsetAndMetadata(NamedTuple):
 
 # --- requests --------------------------------------------------------------------------------
 
-COORDINATOR = "coordinator"  # Request.node: the group coordinator, whichever broker it is
+COORDINATOR = "coordinator"  # Request.node: the group coordinator, whichever broker it is,
+#                              over the group's own connection (membership: Join/Sync/Heartbeat/Leave)
+COORDINATOR_BROKER = "coordinator-broker"  # the coordinator's broker over its ordinary connection:
+#   offset commits and look-ups, which must not wait behind a JoinGroup the broker holds for a
+#   rebalance (a broker answers one connection's requests in order)
 
 
 class Request:
     """One request a state machine wants sent.
 
-    ``node``: a broker id, :data:`COORDINATOR`, or ``None`` for any broker.  ``build(version)``
+    ``node``: a broker id, :data:`COORDINATOR` / :data:`COORDINATOR_BROKER`, or ``None`` for any
+    broker.  ``build(version)``
     returns the body for the version the driver negotiated (bodies may be supersets: the encoder
     ignores keys a version lacks).  ``max_version`` caps the negotiation when the body cannot be
     expressed in newer versions (e.g. Fetch v13+ needs topic ids).  ``version`` is recorded when

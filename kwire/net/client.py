@@ -7,7 +7,11 @@ matching responses to requests by correlation id, timeouts, reconnect backoff, a
 called from another thread.
 
 Requests are pipelined: each connection may have many written and unanswered at once; Kafka
-answers them in order, and each response is matched to its request by correlation id.
+answers them in order, and each response is matched to its request by correlation id.  Since
+a broker answers one connection's requests in order, a request it holds (a JoinGroup waits for
+the whole group) holds up everything behind it: group traffic therefore goes over a connection
+of its own to the coordinator (:meth:`NetworkClient.group_node`, as Kafka's Java client and
+librdkafka do), and fetches from that broker go on meanwhile.
 
 Version negotiation (KIP-511): on connect we send ApiVersions at the newest version kwire
 knows.  A broker that does not know it answers UNSUPPORTED_VERSION with a v0-format body listing
@@ -99,6 +103,7 @@ SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled recei
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
 _READ_CHUNK_BYTES = 256 * 1024
 _MAX_READS_PER_EVENT = 64  # then let other connections have a turn
+GROUP_NODE_BASE = 2**31 - 1  # group_node(n) = GROUP_NODE_BASE - n
 _IOV_MAX = 512
 # Requests that only read: sending one again after a lost connection cannot change anything.
 RETRY_SAFE_APIS = frozenset({
@@ -174,6 +179,7 @@ class NetworkClient:
         self.tracer = tracer
         self.request_timeout_ms: int = cfg.request_timeout_ms
         self.setup_timeout_ms: int = cfg.socket_connection_setup_timeout_ms
+        self.setup_stall_ms: int = cfg.socket_connection_setup_stall_ms
         self.reconnect_backoff_ms: int = cfg.reconnect_backoff_ms
         self.reconnect_backoff_max_ms: int = cfg.reconnect_backoff_max_ms
         self.max_frame_bytes: int = cfg.receive_message_max_bytes + FRAME_SLACK_BYTES
@@ -365,6 +371,25 @@ class NetworkClient:
         request of their own (a producer holding records for an unknown topic) check it to fail
         at once rather than at their deadline."""
         return self._authentication_error
+
+    def group_node(self, node_id: int, host: str | None = None, port: int | None = None) -> int:
+        """The node id of a second connection to broker ``node_id`` (at ``host``:``port``, as
+        FindCoordinator named it, else from metadata), for a group coordinator's traffic: its
+        JoinGroup may wait for a whole rebalance, and must not hold up the fetches on the
+        broker's ordinary connection.  Like Kafka's Java client, the id is 2^31 - 1 - node_id."""
+        alias = GROUP_NODE_BASE - node_id
+        conn = self._conns.get(alias)
+        if host is None or port is None:
+            b = self.metadata.broker(node_id)
+            if b is None:
+                return alias if conn is not None else node_id
+            host, port = b.host, b.port
+        if conn is None:
+            conn = self._conns[alias] = Connection(alias, host, port, self.max_frame_bytes)
+            conn.dedicated = True
+        elif (conn.host, conn.port) != (host, port) and conn.state is ConnState.DISCONNECTED:
+            conn.host, conn.port = host, port
+        return alias
 
     def least_loaded_node(self) -> int | None:
         conn = self._least_loaded_ready()
@@ -603,7 +628,7 @@ class NetworkClient:
     def _least_loaded_ready(self) -> Connection | None:
         best = None
         for conn in self._conns.values():
-            if conn.ready and (best is None or conn.load < best.load):
+            if conn.ready and not conn.dedicated and (best is None or conn.load < best.load):
                 best = conn
         return best
 
@@ -852,6 +877,7 @@ class NetworkClient:
         conn.reauth_at_ms = reauth_at_ms
         conn.transition(ConnState.READY, now)
         conn.failures = 0
+        conn.setup_stalls = 0
         conn.last_error = None
         if conn.queue:
             self._flush_queue(conn, now)
@@ -1135,7 +1161,8 @@ class NetworkClient:
                     t = min(t, max(now, c.next_attempt_ms))
         for conn in self._conns.values():
             if conn.state in SETUP_STATES:
-                t = min(t, conn.state_since_ms + self.setup_timeout_ms)
+                t = min(t, conn.state_since_ms + self.setup_timeout_ms,
+                        max(conn.state_since_ms, conn.last_recv_ms) + self._setup_stall_ms(conn))
             elif conn.reauth_at_ms and conn.state is ConnState.READY:
                 t = min(t, max(now, conn.reauth_at_ms))
             elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None:
@@ -1164,6 +1191,15 @@ class NetworkClient:
                     f"{self.setup_timeout_ms} ms in state {conn.state.name} "
                     f"(socket.connection.setup.timeout.ms)"), now)
                 continue
+            if conn.state in SETUP_STATES:
+                stall_ms = self._setup_stall_ms(conn)
+                if now - max(conn.state_since_ms, conn.last_recv_ms) >= stall_ms:
+                    conn.setup_stalls += 1
+                    self._close_conn(conn, KafkaConnectionError(
+                        f"connection setup to node {conn.node_id} ({conn.address}) made no progress "
+                        f"for {stall_ms} ms in state {conn.state.name} "
+                        "(socket.connection.setup.stall.ms)"), now)
+                    continue
             if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms:
                 self._start_sasl(conn, now, reauth=True)  # KIP-368: renew the session in band
                 if conn.sock is None:
@@ -1201,6 +1237,11 @@ class NetworkClient:
                     self._close_conn(conn, KafkaConnectionError(
                         f"node {conn.node_id} ({conn.address}) did not complete an answer within "
                         f"{max(oldest[1], self.request_timeout_ms)} ms of its request"), now)
+
+    def _setup_stall_ms(self, conn: Connection) -> int:
+        """How long this setup attempt may go without progress: socket.connection.setup.stall.ms,
+        doubled per consecutive stalled attempt, up to socket.connection.setup.timeout.ms."""
+        return min(self.setup_timeout_ms, self.setup_stall_ms << min(conn.setup_stalls, 20))
 
     def _last_errors(self, node_id: int | None) -> str:
         conns = [self._conns[node_id]] if node_id in self._conns else (

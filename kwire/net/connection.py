@@ -166,6 +166,7 @@ class Connection:
         self.handshake: InFlight | None = None
         self.handshake_version = -1
         self.failures = 0  # consecutive failed attempts
+        self.setup_stalls = 0  # consecutive attempts given up for making no progress in setup
         self.next_attempt_ms = 0
         self.last_failure_ms: int | None = None
         self.last_error: KwireError | None = None
@@ -177,6 +178,8 @@ class Connection:
         self.sasl_session_lifetime_ms = 0  # KIP-368: the broker's answer, 0 = no limit
         self.reauth_at_ms = 0  # when to re-authenticate (KIP-368; 0 = never)
         self.reauthentications = 0  # completed in-band re-authentications of this connection
+        self.dedicated = False  # a second connection for one purpose (group traffic): never
+        #                         picked for requests to any broker (node_id None)
 
     @property
     def address(self) -> str:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from kwire.consumer._codes import E
-from kwire.consumer.types import COORDINATOR
+from kwire.consumer.types import COORDINATOR, COORDINATOR_BROKER
 from kwire.errors import KafkaConnectionError, TruncatedError
 from kwire.net.metadata import Metadata
 from kwire.protocol import api as P
@@ -676,7 +676,7 @@ class Driver:
         self.machines.append((machine, on_result))
 
     def _node(self, machine, req):
-        if req.node == COORDINATOR:
+        if req.node in (COORDINATOR, COORDINATOR_BROKER):
             return machine.coordinator_id
         if req.node is None:
             return self.cluster.nodes[0]

@@ -9,7 +9,7 @@ from kwire.consumer.subscription import FetchState
 from kwire.consumer.types import (AssignPartitions, CommitResult, CommittedResult, ErrorAction,
                                   LosePartitions, OffsetAndMetadata, RevokePartitions)
 from kwire.errors import (CommitFailedError, KafkaConnectionError, MaxPollIntervalExceededError,
-                          NotAssignedError)
+                          NotAssignedError, RebalanceInProgressError)
 
 from .fakes import Driver, FakeCluster
 from .members import GroupMember
@@ -469,6 +469,42 @@ def test_offset_commit_and_fetch_cap_version_without_topic_ids(driver):
 
 
 # --- cooperative -------------------------------------------------------------------------------
+
+def test_cooperative_commit_goes_through_while_the_group_prepares_a_rebalance(cluster, driver):
+    """A cooperative member keeps its partitions while rejoining, and the broker takes commits
+    of the current generation until the join completes: a commit made while the JoinGroup is
+    held is sent and succeeds, rather than waiting out the rebalance."""
+    a = GroupMember(cluster, driver, name="a", assignors=("cooperative-sticky",))
+    b = GroupMember(cluster, driver, name="b", assignors=("cooperative-sticky",))
+    driver.run_until(stable(a, b))
+    # b does not hear of the rebalance (its heartbeats keep failing): the join waits for it
+    cluster.inject("Heartbeat", E.COORDINATOR_LOAD_IN_PROGRESS, times=100_000)
+    a.coord.request_rejoin("test")
+    driver.run_until(lambda: a.state is S.JOINING and a.coord._join_inflight)
+    mine = sorted(a.owned)[0]
+    a.coord.commit({mine: OffsetAndMetadata(11)}, driver.clock.now_ms)
+    driver.run_until(lambda: a.commits(), 5000)
+    assert a.commits()[0].error is None
+    assert a.state is S.JOINING  # still waiting for b
+    assert cluster.groups["g"].offsets[mine][0] == 11
+    cluster.injected["Heartbeat"].clear()
+    driver.run_until(stable(a, b), 60_000)
+
+
+def test_commit_between_join_and_sync_fails_fast_and_retriable(cluster, driver):
+    """Between JoinGroup and SyncGroup the broker refuses commits: fail at once, retriable."""
+    a = GroupMember(cluster, driver, name="a", assignors=("cooperative-sticky",))
+    driver.run_until(stable(a))
+    mine = sorted(a.owned)[0]
+    a.coord.request_rejoin("test")
+    driver.run_until(lambda: a.state is S.SYNCING)
+    a.coord.commit({mine: OffsetAndMetadata(12)}, driver.clock.now_ms)
+    a.coord.poll(driver.clock.now_ms)
+    a._actions(driver.clock.now_ms)
+    res = a.commits()[0]
+    assert isinstance(res.error, RebalanceInProgressError) and res.error.retriable
+    assert not [b for _, _, api, _, b in cluster.log if api == "OffsetCommit"]
+
 
 def test_cooperative_rebalance_moves_only_what_must_move(cluster, driver):
     a = GroupMember(cluster, driver, name="a", assignors=("cooperative-sticky",))
