@@ -323,9 +323,13 @@ def test_stats(capsys, scenario, decoded):
         g = stats["groups"][group]
         assert len(g["members"]) == 1, g["members"]
         (member, m), = g["members"].items()
-        assert m["client_id"] == client and m["joins"] == 1 and m["assignments"] == 1
-        assert m["commits"] == 1 and m["left"]
+        # Usually one join; a loaded machine can make a client rejoin (seen with kafka-python:
+        # generation 2), and the stats must count what the capture shows.
         events = [e["event"] for e in g["timeline"]]
+        joined = sum(1 for e in events if e.startswith("joined"))
+        assert m["client_id"] == client and m["joins"] == joined >= 1
+        assert m["assignments"] == events.count("assigned") >= 1
+        assert m["commits"] >= 1 and m["left"]
         assert events[:2] == ["JoinGroup request", "join failed"]
         assert "joined (leader)" in events and "assigned" in events and events[-1] == "leave"
         assigned = next(e for e in g["timeline"] if e["event"] == "assigned")["assigned"]

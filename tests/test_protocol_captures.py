@@ -193,7 +193,20 @@ def _by_api(seen):
     return out
 
 
-def test_real_peers_frames_decode_and_reencode_exactly(kafka, tmp_path):
+@pytest.fixture
+def fresh_kafka(request):
+    """A Kafka of this test's own: the broker's connections to itself (WriteTxnMarkers) and to
+    its controller must open while tcpdump watches -- the session's broker opened them during
+    earlier tests, and a stream caught mid-way has no start to read frames from."""
+    from .kafka_util import start_kafka, stop_kafka
+
+    cluster = start_kafka(request, 1)
+    yield cluster
+    stop_kafka(request, cluster)
+
+
+def test_real_peers_frames_decode_and_reencode_exactly(fresh_kafka, tmp_path):
+    kafka = fresh_kafka
     node = next(iter(kafka.nodes.values()))
     ports = [node.ports["PLAINTEXT"], node.ports["CONTROLLER"]]
     path = tmp_path / "kafka.pcap"
