@@ -65,8 +65,8 @@ rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = FILE
 logger.kafka.name = org.apache.kafka
 logger.kafka.level = INFO
-logger.zk.name = kafka.request.logger
-logger.zk.level = WARN
+logger.requests.name = kafka.request.logger
+logger.requests.level = WARN
 """
 
 # Properties of a small, fast test cluster; replication settings follow the node count.
