@@ -11,7 +11,7 @@ Pieces live in .pxi files included here so each stays readable:
 """
 from kwire.errors import (
     ProtocolError, TruncatedError, TrailingBytesError, CorruptRecordError,
-    UnsupportedCompressionError,
+    UnsupportedCompressionError, DecompressionLimitError,
 )
 
 IMPLEMENTATION = "cython"

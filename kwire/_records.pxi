@@ -80,6 +80,9 @@ _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
 _XERIAL_BLOCK = 32 * 1024       # xerial's (and the Java producer's) block size
+# The most one batch (or legacy wrapper) may decompress to; the consumer passes its
+# fetch.max.decompressed.bytes (kwire.config says why 64 MiB).  Keep equal to the twin's.
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 # --- the user-facing objects -----------------------------------------------------------
@@ -239,6 +242,8 @@ cdef object _rec_view(const uint8_t* p, Py_ssize_t n):
 cdef object _rec_rewrap(exc, Py_ssize_t start, bint decompressed):
     # Inside a complete entry every malformation is corruption.  Positions inside a
     # decompressed block mean nothing to the caller, so those errors point at the entry.
+    if isinstance(exc, DecompressionLimitError):
+        return exc      # names its batch already
     cls = type(exc) if isinstance(exc, CorruptRecordError) else CorruptRecordError
     if decompressed:
         new = cls(f"in the decompressed records of the entry at position {start}: {exc}",
@@ -251,11 +256,11 @@ cdef object _rec_rewrap(exc, Py_ssize_t start, bint decompressed):
     return new
 
 
-cdef int _rec_snappy_bound(const uint8_t* p, Py_ssize_t n, Py_ssize_t position) except -1:
+cdef int64_t _rec_snappy_bound(const uint8_t* p, Py_ssize_t n, Py_ssize_t position) except -1:
     # A raw snappy block starts with its uncompressed length (uvarint).  cramjam allocates
     # that much up front and aborts the process if it cannot, so the claim is checked
     # against the most that n compressed bytes can expand to (a 3-byte copy emits at most
-    # 64 bytes: about 21x).
+    # 64 bytes: about 21x).  Returns the claim (the exact size the block decompresses to).
     cdef uint64_t v = 0
     cdef int shift = 0
     cdef Py_ssize_t i = 0
@@ -274,14 +279,18 @@ cdef int _rec_snappy_bound(const uint8_t* p, Py_ssize_t n, Py_ssize_t position) 
         raise CorruptRecordError(
             f"snappy block at position {position} claims {v} bytes from {n} compressed bytes",
             position=position)
-    return 0
+    return <int64_t>v
 
 
-cdef object _rec_snappy(const uint8_t* p, Py_ssize_t n, Py_ssize_t position):
+cdef object _rec_snappy(const uint8_t* p, Py_ssize_t n, Py_ssize_t position, Py_ssize_t limit,
+                       where):
     # Raw snappy, or xerial framing (what the Java producer writes):
     #   magic 0x82 'SNAPPY' 0x00 | version int32 | compat int32 | [length int32 | raw block]...
+    # A raw block's preamble is its exact uncompressed length, so the cap is checked on the
+    # preambles (summed over xerial blocks) before anything is decompressed.
     cdef Py_ssize_t pos
     cdef int32_t blen
+    cdef int64_t total = 0
     if n >= 16 and memcmp(p, b"\x82SNAPPY\x00", 8) == 0:
         pos = 16
         pieces = []
@@ -294,13 +303,16 @@ cdef object _rec_snappy(const uint8_t* p, Py_ssize_t n, Py_ssize_t position):
             if blen < 0 or blen > n - pos:
                 raise CorruptRecordError(f"xerial snappy block length {blen} at position {position} "
                                          f"overruns the data", position=position)
-            _rec_snappy_bound(p + pos, blen, position)
+            total += _rec_snappy_bound(p + pos, blen, position)
+            if total > limit:
+                raise _rec_limit_error(2, position, limit, where)
             pieces.append(_cramjam.snappy.decompress_raw(_rec_view(p + pos, blen)))
             pos += blen
         if len(pieces) == 1:
             return pieces[0]
         return b"".join(pieces)
-    _rec_snappy_bound(p, n, position)
+    if _rec_snappy_bound(p, n, position) > limit:
+        raise _rec_limit_error(2, position, limit, where)
     return _cramjam.snappy.decompress_raw(_rec_view(p, n))
 
 
@@ -326,20 +338,56 @@ cdef object _rec_legacy_lz4(const uint8_t* p, Py_ssize_t n):
     return fixed
 
 
+cdef object _rec_limit_error(int codec, Py_ssize_t position, Py_ssize_t limit, where):
+    # where: (topic, partition, offset) of the batch
+    topic, partition, offset = where
+    of = f" of {topic} [{partition}]" if topic is not None else ""
+    return DecompressionLimitError(
+        f"{_CODEC_NAMES[codec]} batch at offset {offset}{of} (the entry at position {position}) "
+        f"decompresses to more than {limit} bytes (fetch.max.decompressed.bytes)",
+        position=position, limit=limit, topic=topic,
+        partition=partition if partition >= 0 else None, offset=offset)
+
+
+cdef object _rec_bounded(int codec, fn, src, Py_ssize_t n, Py_ssize_t position, Py_ssize_t limit,
+                         where):
+    # gzip, lz4 or zstd into a block that starts at a few times the input and grows 4x, never
+    # past limit + 1 bytes: output that fills that block is over the cap, and decompression
+    # stops there (cramjam's *_into streams into the block and fails when it is full).
+    cdef Py_ssize_t size = min(n * 8 + 65536, limit + 1)
+    while True:
+        out = bytearray(size)
+        try:
+            got = fn(src, out)
+        except Exception as exc:
+            if not _rec_short_output(exc):
+                raise
+            if size > limit:
+                raise _rec_limit_error(codec, position, limit, where) from None
+            size = min(size * 4, limit + 1)
+            continue
+        if got > limit:
+            raise _rec_limit_error(codec, position, limit, where)
+        del out[got:]
+        return out
+
+
 cdef object _rec_decompress(int codec, const uint8_t* p, Py_ssize_t n, int magic,
-                            Py_ssize_t position):
-    # Returns a buffer-protocol object; its size is what the codec actually produced.
+                            Py_ssize_t position, Py_ssize_t limit, where):
+    # Returns a buffer-protocol object; its size is what the codec actually produced, at most
+    # limit bytes (else DecompressionLimitError, before more than limit + 1 bytes are made).
     try:
         if codec == 1:
-            return _cramjam.gzip.decompress(_rec_view(p, n))
+            return _rec_bounded(1, _cramjam.gzip.decompress_into, _rec_view(p, n), n, position,
+                                limit, where)
         if codec == 2:
-            return _rec_snappy(p, n, position)
+            return _rec_snappy(p, n, position, limit, where)
         if codec == 3:
-            if magic < 2:
-                return _cramjam.lz4.decompress(_rec_legacy_lz4(p, n))
-            return _cramjam.lz4.decompress(_rec_view(p, n))
+            src = _rec_legacy_lz4(p, n) if magic < 2 else _rec_view(p, n)
+            return _rec_bounded(3, _cramjam.lz4.decompress_into, src, n, position, limit, where)
         if codec == 4:
-            return _cramjam.zstd.decompress(_rec_view(p, n))
+            return _rec_bounded(4, _cramjam.zstd.decompress_into, _rec_view(p, n), n, position,
+                                limit, where)
     except _KwireError:
         raise
     except MemoryError:
@@ -486,6 +534,7 @@ cdef class _RecDecoder:
     cdef long pipe_pid
     cdef bint busy                  # inside next_entry: another thread must not enter
     cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
+    cdef Py_ssize_t max_out         # the most one batch may decompress to
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
     cdef PyObject* hk_str[_HK_SLOTS]
@@ -493,7 +542,11 @@ cdef class _RecDecoder:
     cdef char hk_raw[_HK_SLOTS][_HK_MAX]
 
     def __cinit__(self, data, bint check_crc, topic, int32_t partition,
-                  int32_t leader_epoch_default):
+                  int32_t leader_epoch_default,
+                  Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+        if max_decompressed_bytes < 0:
+            raise ValueError("max_decompressed_bytes must be >= 0")
+        self.max_out = max_decompressed_bytes
         PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
         self.has_view = True
         self.owner = data
@@ -638,11 +691,12 @@ cdef class _RecDecoder:
         if e.codec == 0:
             self.v2_begin(self.buf, c.pos, end, count, e, leader_epoch)
         elif e.codec != 2:
-            n = self.inflate(e.codec, self.buf + c.pos, end - c.pos, start)
+            n = self.inflate(e.codec, self.buf + c.pos, end - c.pos, start, e.base_offset)
             self.in_decompressed = True
             self.v2_begin(self.run_data, 0, n, count, e, leader_epoch)
         else:
-            block = _rec_decompress(e.codec, self.buf + c.pos, end - c.pos, 2, start)
+            block = _rec_decompress(e.codec, self.buf + c.pos, end - c.pos, 2, start, self.max_out,
+                                    (self.topic, self.partition, e.base_offset))
             PyObject_GetBuffer(block, &self.run_view, PyBUF_SIMPLE)
             self.has_run_view = True
             self.in_decompressed = True
@@ -663,8 +717,11 @@ cdef class _RecDecoder:
         self.in_decompressed = False
         return 0
 
+    cdef object limit_error(self, int codec, Py_ssize_t position, int64_t offset):
+        return _rec_limit_error(codec, position, self.max_out, (self.topic, self.partition, offset))
+
     cdef Py_ssize_t inflate(self, int codec, const uint8_t* p, Py_ssize_t n,
-                            Py_ssize_t position) except -1:
+                            Py_ssize_t position, int64_t offset) except -1:
         # gzip, lz4 or zstd: sets self.run_data, returns the uncompressed size.  From the
         # worker's slot when it decompressed this batch, else into self.scratch.
         cdef kw_job* job
@@ -682,6 +739,10 @@ cdef class _RecDecoder:
             with nogil:
                 kw_pipe_wait(&self.pipe, j)
             job = &self.pipe.jobs[j]
+            if job.status == 1 and job.produced > self.max_out:
+                # (slots hold at most max_out + 1 bytes: the worker stopped there)
+                kw_pipe_release(&self.pipe, j + 1)
+                raise self.limit_error(codec, position, offset)
             if job.status == 1:
                 self.pipe_held = j + 1
                 self.run_data = self.pipe.slot[j % KW_PIPE_SLOTS]
@@ -692,7 +753,7 @@ cdef class _RecDecoder:
                     f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
                     f"{position}: {job.msg.decode('ascii', 'replace')}", position=position)
             # KW_TOO_SMALL: bigger than a slot; done here, with a growing block
-        n = self.decompress_into_scratch(codec, p, n, position)
+        n = self.decompress_into_scratch(codec, p, n, position, offset)
         self.run_data = <const uint8_t*>self.scratch
         return n
 
@@ -723,7 +784,7 @@ cdef class _RecDecoder:
                 if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
                     est = self.job_estimate(codec, self.buf + pos + _V2_HEADER,
                                             _LOG_OVERHEAD + size - _V2_HEADER)
-                    if est >= 0:
+                    if 0 <= est <= self.max_out:    # (else the decoder stops at the cap)
                         if npass == 0:
                             njobs += 1
                             total += size
@@ -747,6 +808,9 @@ cdef class _RecDecoder:
                 jobs = <kw_job*>malloc(njobs * sizeof(kw_job))
                 if jobs == NULL:
                     return 0
+                # a slot never holds more than the cap + 1 (its worker stops there)
+                if slot_cap > self.max_out + 1:
+                    slot_cap = self.max_out + 1
         self.pipe.jobs = jobs
         self.pipe.njobs = njobs
         self.pipe.slot_cap = slot_cap
@@ -789,14 +853,17 @@ cdef class _RecDecoder:
         self.free_pipe_memory()
 
     cdef Py_ssize_t decompress_into_scratch(self, int codec, const uint8_t* p, Py_ssize_t n,
-                                            Py_ssize_t position) except -1:
+                                            Py_ssize_t position, int64_t offset) except -1:
         # gzip, lz4 or zstd into self.scratch; returns the uncompressed size.  The block is
         # sized from the frame header when it declares the size, else from the last batch's
         # expansion; when it turns out too small it grows 4x and the batch is decompressed
-        # again (up to 2 GiB, past what Kafka's int32 sizes can describe).  lz4 and zstd
-        # use the native libraries (GIL released) when they loaded, else cramjam.
+        # again.  The decompressor never gets more than max_out + 1 bytes to write into, so a
+        # bomb stops there (DecompressionLimitError) instead of allocating what it claims; past
+        # 2 GiB (more than Kafka's int32 sizes can describe) is corrupt whatever the cap.  lz4
+        # and zstd use the native libraries (GIL released) when they loaded, else cramjam.
         cdef int64_t declared = _rec_frame_content_size(codec, p, n)
-        cdef Py_ssize_t want, got
+        cdef Py_ssize_t want, got, cap
+        cdef Py_ssize_t bound = min(self.max_out + 1, _SCRATCH_LIMIT)
         cdef double hint = self.expand_hint if self.expand_hint > 0 else 4.0
         cdef const char* msg = NULL
         cdef bint native = _native(codec)
@@ -806,6 +873,8 @@ cdef class _RecDecoder:
             want = <Py_ssize_t>(n * min(hint, 16.0) * 1.25) + 4096
             if want > _SCRATCH_LIMIT or want < 0:
                 want = _SCRATCH_LIMIT
+        if want > bound:
+            want = bound
         src = None if native else _rec_view(p, n)
         fn = (None, _cramjam.gzip.decompress_into, None, _cramjam.lz4.decompress_into,
               _cramjam.zstd.decompress_into)[codec]
@@ -816,10 +885,10 @@ cdef class _RecDecoder:
                 if self.scratch == NULL:
                     self.scratch_cap = 0
                     raise MemoryError()
+            cap = min(self.scratch_cap, bound)     # (the pool may hand out a bigger block)
             if native:
                 with nogil:
-                    got = kw_inflate(&self.zctx, codec, p, n, <uint8_t*>self.scratch,
-                                     self.scratch_cap, &msg)
+                    got = kw_inflate(&self.zctx, codec, p, n, <uint8_t*>self.scratch, cap, &msg)
                 if got >= 0:
                     break
                 if got == KW_FAILED:
@@ -828,8 +897,7 @@ cdef class _RecDecoder:
                         f"{position}: {msg.decode('ascii', 'replace')}", position=position)
             else:
                 try:
-                    got = fn(src, PyMemoryView_FromMemory(<char*>self.scratch, self.scratch_cap,
-                                                          PyBUF_WRITE))
+                    got = fn(src, PyMemoryView_FromMemory(<char*>self.scratch, cap, PyBUF_WRITE))
                     break
                 except MemoryError:
                     raise
@@ -838,11 +906,15 @@ cdef class _RecDecoder:
                         raise CorruptRecordError(
                             f"{_CODEC_NAMES[codec]} decompression failed for the entry at position "
                             f"{position}: {exc}", position=position) from exc
-            if self.scratch_cap >= _SCRATCH_LIMIT:
+            if cap >= bound:
+                if bound > self.max_out:
+                    raise self.limit_error(codec, position, offset)
                 raise CorruptRecordError(
                     f"{_CODEC_NAMES[codec]} batch at position {position} decompresses to more "
                     f"than 2 GiB", position=position)
-            want = min(self.scratch_cap * 4, _SCRATCH_LIMIT)
+            want = min(self.scratch_cap * 4, bound)
+        if got > self.max_out:
+            raise self.limit_error(codec, position, offset)
         if n > 0:
             self.expand_hint = <double>got / n
         return got
@@ -1178,7 +1250,8 @@ cdef class _RecDecoder:
                 raise CorruptRecordError(f"compressed message at position {start} has no value",
                                          position=c.pos - 4)
             _need(&c, vlen)
-            block = _rec_decompress(e.codec, self.buf + c.pos, vlen, magic, start)
+            block = _rec_decompress(e.codec, self.buf + c.pos, vlen, magic, start, self.max_out,
+                                    (self.topic, self.partition, offset))
             c.pos += vlen
             PyObject_GetBuffer(block, &dview, PyBUF_SIMPLE)
             self.in_decompressed = True
@@ -1369,23 +1442,29 @@ cdef class _BatchIterator:
         return _rec_make_batch(&e, records)
 
 
-def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1):
+def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
     ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
-    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data.
+    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
+    DecompressionLimitError (one) when a batch decompresses to more than
+    ``max_decompressed_bytes``.
     """
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
-    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default)
+    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
+                         max_decompressed_bytes)
     it.dec.lazy = True
     return it
 
 
-def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1):
+def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Iterate the RecordBatch entries in ``data``, control batches included."""
     cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
-    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default)
+    it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
+                         max_decompressed_bytes)
     return it
 
 
@@ -1760,7 +1839,7 @@ cdef inline int _col_put(_RecColumns s, int d, uint8_t** dp, Py_ssize_t* dl, Py_
     return 0
 
 
-def decode_columns(data, check_crc=True):
+def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Decode every user record in ``data`` into column buffers, with no per-record object.
 
     Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
@@ -1773,7 +1852,7 @@ def decode_columns(data, check_crc=True):
     Control batches are left out, as in iter_records.  The memory of big columns goes back
     to a small reuse pool (at most 64 MiB) when they are freed.
     """
-    cdef _RecDecoder dec = _RecDecoder(data, check_crc, None, -1, -1)
+    cdef _RecDecoder dec = _RecDecoder(data, check_crc, None, -1, -1, max_decompressed_bytes)
     cdef _RecEntry e
     cdef Py_ssize_t pos = 0, hint = 0, size
     cdef int32_t count

@@ -165,6 +165,15 @@ PROPERTIES: tuple[Prop, ...] = (
        role=CONSUMER, min=1, max=1000000000, aliases=("fetch.message.max.bytes",)),
     _p("queued.max.messages.kbytes", "int", 65536, "Maximum KiB of fetched records buffered "
        "ahead of poll(), summed over partitions.", role=CONSUMER, min=1, max=2097151),
+    _p("fetch.max.decompressed.bytes", "int", 64 * 1024 * 1024, "Most bytes one fetched "
+       "record batch (or legacy compressed message) may decompress to; a batch that expands "
+       "further raises DecompressionLimitError (a CorruptRecordError naming the partition and "
+       "offset) from poll()/consume() instead of exhausting memory (a decompression bomb).  "
+       "Decompression stops at the limit.  The default, 64 MiB, is 64 times the largest "
+       "compressed batch Kafka accepts by default (message.max.bytes, ~1 MiB): raise it if "
+       "your topics allow bigger batches of very compressible data.  It bounds one batch, not "
+       "the decoded records buffered ahead of the application.", role=CONSUMER,
+       min=1024, max=INT32_MAX),
     _p("check.crcs", "bool", False, "Verify the CRC32C of fetched record batches.",
        role=CONSUMER),
     _p("enable.partition.eof", "bool", False, "Report reaching the end of a partition as an "

@@ -45,6 +45,22 @@ class UnsupportedCompressionError(CorruptRecordError):
     """A batch names a compression codec kwire does not know."""
 
 
+class DecompressionLimitError(CorruptRecordError):
+    """A compressed batch expands past ``fetch.max.decompressed.bytes`` (a decompression bomb,
+    or a legitimate batch bigger than the cap allows).  Decompression stopped at the cap.
+    ``limit`` is the cap in bytes; ``topic``, ``partition`` and ``offset`` (the batch's base
+    offset, or a legacy wrapper's offset) name the batch when known (else None)."""
+
+    def __init__(self, message: str, *, position: int | None = None, limit: int | None = None,
+                 topic: str | None = None, partition: int | None = None,
+                 offset: int | None = None):
+        super().__init__(message, position=position)
+        self.limit = limit
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
 # --- client-side ------------------------------------------------------------------------
 
 class ConfigError(KwireError, ValueError):

@@ -49,10 +49,16 @@ import xxhash
 from crc32c import crc32c as _crc32c
 
 from ..errors import (
-    CorruptRecordError, KwireError, ProtocolError, TruncatedError, UnsupportedCompressionError,
+    CorruptRecordError, DecompressionLimitError, KwireError, ProtocolError, TruncatedError,
+    UnsupportedCompressionError,
 )
 
-__all__ = ["Record", "RecordBatch", "iter_records", "iter_batches", "build_batch", "decode_columns"]
+__all__ = ["Record", "RecordBatch", "iter_records", "iter_batches", "build_batch", "decode_columns",
+           "DEFAULT_MAX_DECOMPRESSED_BYTES"]
+
+# The most one batch (or legacy wrapper) may decompress to; the consumer passes its
+# fetch.max.decompressed.bytes (kwire.config says why 64 MiB).  Keep equal to the twin's.
+DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 _LOG_OVERHEAD = 12
 _MIN_ENTRY_SIZE = 14
@@ -273,11 +279,15 @@ def _snappy_bound(block, position):
         raise CorruptRecordError(
             f"snappy block at position {position} claims {v} bytes from {n} compressed bytes",
             position=position)
+    return v
 
 
-def _snappy(data, position):
+def _snappy(data, position, limit, where):
     # raw snappy, or xerial framing: magic | version int32 | compat int32 | [len int32 | block]...
+    # A raw block's preamble is its exact uncompressed length, so the cap is checked on the
+    # preambles (summed over xerial blocks) before anything is decompressed.
     n = len(data)
+    total = 0
     if n >= 16 and data[:8] == _XERIAL_MAGIC:
         pos = 16
         pieces = []
@@ -291,11 +301,14 @@ def _snappy(data, position):
                 raise CorruptRecordError(f"xerial snappy block length {blen} at position {position} "
                                          f"overruns the data", position=position)
             block = data[pos:pos + blen]
-            _snappy_bound(block, position)
+            total += _snappy_bound(block, position)
+            if total > limit:
+                raise _limit_error(2, position, limit, where)
             pieces.append(bytes(cramjam.snappy.decompress_raw(block)))
             pos += blen
         return b"".join(pieces)
-    _snappy_bound(data, position)
+    if _snappy_bound(data, position) > limit:
+        raise _limit_error(2, position, limit, where)
     return bytes(cramjam.snappy.decompress_raw(data))
 
 
@@ -320,18 +333,56 @@ def _legacy_lz4(data):
     return bytes(fixed)
 
 
-def _decompress(codec, data, magic, position):
+def _limit_error(codec, position, limit, where):
+    # where: (topic, partition, offset) of the batch
+    topic, partition, offset = where
+    of = f" of {topic} [{partition}]" if topic is not None else ""
+    return DecompressionLimitError(
+        f"{_CODEC_NAMES[codec]} batch at offset {offset}{of} (the entry at position {position}) "
+        f"decompresses to more than {limit} bytes (fetch.max.decompressed.bytes)",
+        position=position, limit=limit, topic=topic,
+        partition=partition if partition >= 0 else None, offset=offset)
+
+
+def _short_output(exc):
+    # cramjam's *_into says this when the output block was too small
+    return "failed to write whole buffer" in str(exc)
+
+
+def _bounded(codec, fn, data, position, limit, where):
+    # gzip, lz4 or zstd into a block that starts at a few times the input and grows 4x, never
+    # past limit + 1 bytes: output that fills that block is over the cap, and decompression
+    # stops there (cramjam's *_into streams into the block and fails when it is full).
+    size = min(len(data) * 8 + 65536, limit + 1)
+    while True:
+        out = bytearray(size)
+        try:
+            got = fn(data, out)
+        except Exception as exc:
+            if not _short_output(exc):
+                raise
+            if size > limit:
+                raise _limit_error(codec, position, limit, where) from None
+            size = min(size * 4, limit + 1)
+            continue
+        if got > limit:
+            raise _limit_error(codec, position, limit, where)
+        del out[got:]
+        return bytes(out)
+
+
+def _decompress(codec, data, magic, position, limit, where):
     try:
         if codec == 1:
-            return bytes(cramjam.gzip.decompress(data))
+            return _bounded(1, cramjam.gzip.decompress_into, data, position, limit, where)
         if codec == 2:
-            return _snappy(data, position)
+            return _snappy(data, position, limit, where)
         if codec == 3:
             if magic < 2:
-                return bytes(cramjam.lz4.decompress(_legacy_lz4(data)))
-            return bytes(cramjam.lz4.decompress(data))
+                data = _legacy_lz4(data)
+            return _bounded(3, cramjam.lz4.decompress_into, data, position, limit, where)
         if codec == 4:
-            return bytes(cramjam.zstd.decompress(data))
+            return _bounded(4, cramjam.zstd.decompress_into, data, position, limit, where)
     except KwireError:
         raise
     except MemoryError:
@@ -347,6 +398,8 @@ def _decompress(codec, data, magic, position):
 def _rewrap(exc, start, decompressed):
     # Inside a complete entry every malformation is corruption; positions inside a
     # decompressed block mean nothing to the caller, so those errors point at the entry.
+    if isinstance(exc, DecompressionLimitError):
+        return exc      # names its batch already
     cls = type(exc) if isinstance(exc, CorruptRecordError) else CorruptRecordError
     if decompressed:
         new = cls(f"in the decompressed records of the entry at position {start}: {exc}",
@@ -387,9 +440,10 @@ def _varint_bytes(buf, pos, end, what, rec_start):
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
-                 "records", "sink")
+                 "records", "sink", "max_out")
 
-    def __init__(self, data, check_crc, topic, partition, leader_epoch_default):
+    def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
         if isinstance(data, bytes):
             self.buf = data
         else:
@@ -402,6 +456,9 @@ class _Decoder:
         self.topic = topic
         self.partition = operator.index(partition)
         self.leader_epoch_default = operator.index(leader_epoch_default)
+        self.max_out = operator.index(max_decompressed_bytes)
+        if self.max_out < 0:
+            raise ValueError("max_decompressed_bytes must be >= 0")
         self.in_decompressed = False
         self.lazy = False
         self.run = None
@@ -488,7 +545,8 @@ class _Decoder:
         if e.codec == 0:
             run = self.v2_begin(buf, start + _V2_HEADER, end, count, e, leader_epoch)
         else:
-            block = _decompress(e.codec, memoryview(buf)[start + _V2_HEADER:end], 2, start)
+            block = _decompress(e.codec, memoryview(buf)[start + _V2_HEADER:end], 2, start,
+                                self.max_out, (self.topic, self.partition, e.base_offset))
             self.in_decompressed = True
             run = self.v2_begin(block, 0, len(block), count, e, leader_epoch)
         run.compressed = e.codec != 0
@@ -636,7 +694,8 @@ class _Decoder:
                 raise CorruptRecordError(f"compressed message at position {start} has no value",
                                          position=pos - 4)
             _need(pos, end, vlen)
-            block = _decompress(e.codec, memoryview(buf)[pos:pos + vlen], magic, start)
+            block = _decompress(e.codec, memoryview(buf)[pos:pos + vlen], magic, start,
+                                self.max_out, (self.topic, self.partition, offset))
             pos += vlen
             self.in_decompressed = True
             records = self.legacy_inner(block, magic, offset, timestamp, e.timestamp_type)
@@ -777,21 +836,27 @@ def _batches_gen(dec):
         yield _make_batch(e, records)
 
 
-def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1):
+def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
     ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
-    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data.
+    when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
+    DecompressionLimitError (one) when a batch decompresses to more than
+    ``max_decompressed_bytes``.
     """
-    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default)
+    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
+                   max_decompressed_bytes)
     dec.lazy = True
     return _records_gen(dec)
 
 
-def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1):
+def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Iterate the RecordBatch entries in ``data``, control batches included."""
-    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default)
+    dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
+                   max_decompressed_bytes)
     return _batches_gen(dec)
 
 
@@ -867,7 +932,7 @@ class _Columns:
         return out
 
 
-def decode_columns(data, check_crc=True):
+def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
     """Decode every user record in ``data`` into column buffers (see kwire.records).
 
     Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
@@ -877,7 +942,7 @@ def decode_columns(data, check_crc=True):
     ``header_value_offsets`` + ``header_value_data`` + ``header_value_valid``.  Every column
     is a read-only memoryview with its item format.  Control batches are left out.
     """
-    dec = _Decoder(data, check_crc, None, -1, -1)
+    dec = _Decoder(data, check_crc, None, -1, -1, max_decompressed_bytes)
     dec.sink = _Columns()
     while dec.next_entry() is not None:
         pass

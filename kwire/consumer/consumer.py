@@ -40,8 +40,8 @@ from collections import deque
 from typing import Any, Callable, Iterable, Mapping
 
 from ..config import Config, parse_config
-from ..errors import (ConcurrentUseError, ConfigError, ConsumerClosedError, KafkaTimeoutError,
-                      KwireError, LogTruncationError, MaxPollIntervalExceededError,
+from ..errors import (ConcurrentUseError, ConfigError, ConsumerClosedError, DecompressionLimitError,
+                      KafkaTimeoutError, KwireError, LogTruncationError, MaxPollIntervalExceededError,
                       NoOffsetForPartitionError)
 from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
@@ -185,7 +185,8 @@ class Consumer:
             buffer_budget_bytes=cfg.queued_max_messages_kbytes * 1024,
             read_committed=self._isolation == READ_COMMITTED, check_crcs=cfg.check_crcs,
             client_rack=cfg.client_rack, retry_backoff_ms=cfg.retry_backoff_ms,
-            request_timeout_ms=cfg.request_timeout_ms)
+            request_timeout_ms=cfg.request_timeout_ms,
+            max_decompressed_bytes=cfg.fetch_max_decompressed_bytes)
 
         # shared between the threads: deques (thread-safe append/popleft) and single-writer values
         self._q: deque = deque()             # driver -> app: chunks and events
@@ -812,8 +813,11 @@ class Consumer:
             return
         if isinstance(item, ErrorAction):
             err = item.error
+            # (a batch over fetch.max.decompressed.bytes fails the same way on every re-fetch:
+            # the application must raise the limit or seek past it, so it is raised too)
             if item.fatal or isinstance(err, (NoOffsetForPartitionError, LogTruncationError,
-                                              MaxPollIntervalExceededError)) or \
+                                              MaxPollIntervalExceededError,
+                                              DecompressionLimitError)) or \
                     getattr(err, "name", "") in ("OFFSET_OUT_OF_RANGE", "TOPIC_AUTHORIZATION_FAILED",
                                                  "GROUP_AUTHORIZATION_FAILED"):
                 raise err

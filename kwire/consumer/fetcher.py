@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from functools import partial
 from itertools import chain
 from typing import Any, Callable
 
@@ -262,7 +263,7 @@ class Fetcher:
                  read_committed: bool = True, check_crcs: bool = False, client_rack: str | None = None,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
                  iter_batches: Callable | None = None, iter_records: Callable | None = None,
-                 scan: Callable = scan_record_set):
+                 scan: Callable = scan_record_set, max_decompressed_bytes: int | None = None):
         self.subs = subscriptions
         self.metadata = metadata
         self.fetch_min_bytes = fetch_min_bytes
@@ -278,6 +279,12 @@ class Fetcher:
         if iter_batches is None:
             iter_batches, default_records = _record_layer()
             iter_records = iter_records or default_records
+        if max_decompressed_bytes is not None:
+            # fetch.max.decompressed.bytes: a batch expanding past it is a DecompressionLimitError
+            # (a CorruptRecordError), reported like any corrupt record set (see decode())
+            iter_batches = partial(iter_batches, max_decompressed_bytes=max_decompressed_bytes)
+            if iter_records is not None:
+                iter_records = partial(iter_records, max_decompressed_bytes=max_decompressed_bytes)
         self._iter_batches = iter_batches
         self._iter_records = iter_records
         self._scan = scan
