@@ -140,3 +140,27 @@ def test_rebalance_between_two_members(peer, topics):
     assert ours["all_seen"] and ours["final"] == [[0], [1]] and ours["a_revoked"]
     assert ours["a_first"] == ("assign", [0, 1])
     assert ours == real
+
+
+def test_consume_then_commit_gets_whole_batches(kafka, create_topic, unique_topic):
+    """consume(num_messages) gives up to num_messages at once, as confluent-kafka does, even in a
+    loop that commits after each batch (poll()'s adaptive batch used to cap it: a commit taking
+    longer than 100 ms kept consume() at one message per call)."""
+    create_topic(kafka, unique_topic, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(145):
+        p.produce(unique_topic, b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    c = kwire.confluent.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"g-{unique_topic}",
+                                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([unique_topic])
+        sizes = []
+        while sum(sizes) < 145 and len(sizes) < 40:
+            msgs = c.consume(num_messages=1000, timeout=2.0)
+            if msgs:
+                c.commit(asynchronous=False)
+                sizes.append(len(msgs))
+        assert sum(sizes) == 145 and len(sizes) <= 3, sizes
+    finally:
+        c.close()

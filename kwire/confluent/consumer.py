@@ -109,7 +109,7 @@ class Consumer:
                 m = self.poll(1.0)
                 if m is not None:
                     return m
-        recs = self._refill(1_000_000_000, timeout)
+        recs = self._refill(1_000_000_000, timeout, adaptive=True)
         if type(recs) is not list:
             return recs  # an error/event Message, or None
         if len(recs) > 1:
@@ -148,9 +148,10 @@ class Consumer:
             if num_messages == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return []
 
-    def _refill(self, limit, timeout):
-        """One call into kwire for up to ``limit`` records (poll(): ``self._batch``): a non-empty
-        list of Records, an error/event Message, or None.
+    def _refill(self, limit, timeout, adaptive=False):
+        """One call into kwire for up to ``limit`` records (poll(), ``adaptive``: up to
+        ``self._batch``; consume(): up to ``num_messages``, as confluent-kafka gives): a
+        non-empty list of Records, an error/event Message, or None.
 
         poll() takes records from kwire in batches and hands them out one by one: kwire counts
         a batch as consumed only when it is asked for the next one, i.e. after the application
@@ -161,7 +162,7 @@ class Consumer:
         application is not taken for a stalled one."""
         if self._stats is not None:
             self._stats.maybe_emit(time.monotonic())
-        if limit > self._batch:
+        if adaptive and limit > self._batch:
             took = time.monotonic() - self._handed_at  # the application's time for the last batch
             if took < 0.1:
                 self._batch = min(self._batch * 2, _MAX_BATCH)
