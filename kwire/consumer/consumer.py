@@ -1147,12 +1147,19 @@ class Consumer:
     def _send(self, req: Request) -> None:
         node = req.node
         if node == COORDINATOR_BROKER:
-            node = self._coord.coordinator_id
+            coord = self._coord
+            node = coord.coordinator_id
             if node is None:
                 from ..errors import KafkaConnectionError
                 req.owner.on_response(req, KafkaConnectionError("the group coordinator is unknown"),
                                       now_ms())
                 return
+            # Commits and offset look-ups go on the coordinator's own connection, so they do not
+            # queue behind a long-poll Fetch (a broker answers one request per connection at a
+            # time: a caught-up consumer's commit waited fetch.wait.max.ms) -- unless a
+            # JoinGroup/SyncGroup the broker may hold for a whole rebalance is in flight there.
+            if not self._membership_call_in_flight():
+                node = self._net.group_node(node, coord.coordinator_host, coord.coordinator_port)
         elif node == COORDINATOR:
             coord = self._coord
             node = coord.coordinator_id
@@ -1166,6 +1173,9 @@ class Consumer:
         f = self._net.send(node, req.api, req.body, timeout_ms=req.timeout_ms,
                            min_version=req.min_version, max_version=req.max_version)
         self._inflight[f] = req
+
+    def _membership_call_in_flight(self) -> bool:
+        return any(getattr(r, "api", None) in ("JoinGroup", "SyncGroup") for r in self._inflight.values())
 
     def _on_done(self, done) -> None:
         fetcher = self._fetcher

@@ -4,8 +4,10 @@ A broker answers one connection's requests in order, and holds a member's JoinGr
 round completes (Tansu: about half the session timeout).  Group traffic therefore has a
 connection of its own to the coordinator, as in Kafka's Java client and librdkafka: the
 partitions a cooperative member keeps are fetched while its JoinGroup waits; and commits of
-them go over the broker's ordinary connection, so a synchronous commit() does not wait for the
-rebalance either.
+them go over the broker's ordinary connection while a JoinGroup/SyncGroup is in flight, so a
+synchronous commit() does not wait for the rebalance either.  Otherwise commits go on the
+coordinator's own connection, so that a caught-up consumer's commit does not queue behind its
+long-poll Fetch.
 """
 from __future__ import annotations
 
@@ -116,3 +118,43 @@ def test_kept_partitions_are_fetched_while_the_join_waits(tansu, unique_topic, c
         a.close()
         if b is not None:
             b.close()
+
+
+def test_a_caught_up_consumers_commit_does_not_queue_behind_its_fetch(kafka, unique_topic, create_topic):
+    """Found by a new user with `kwire decode`: every synchronous commit of a caught-up consumer
+    took fetch.wait.max.ms, its OffsetCommit sent on the connection whose long-poll Fetch the
+    broker was holding.  Checked from the trace: no OffsetCommit goes out on a connection with
+    a Fetch in flight."""
+    create_topic(kafka, unique_topic, 1)
+    p = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(20):
+        p.produce(unique_topic, b"%d" % i, partition=0)
+    assert p.flush(10) == 0
+    events: list = []
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"g-{unique_topic}",
+                  "auto.offset.reset": "earliest", "fetch.wait.max.ms": 2000, "enable.auto.commit": False},
+                 tracer=events.append)
+    try:
+        c.subscribe([unique_topic])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            got += c.consume(100, timeout=0.5)
+        assert len(got) == 20
+        for _ in range(3):  # caught up: each Fetch now waits on the broker
+            c.consume(100, timeout=0.3)
+            c.commit(asynchronous=False)
+    finally:
+        c.close()
+    in_flight: dict = {}  # node id -> APIs sent and not yet answered
+    commits = 0
+    for e in list(events):
+        node = e["node_id"]
+        if e["direction"] == "send":
+            if e["api"] == "OffsetCommit":
+                commits += 1
+                assert "Fetch" not in in_flight.get(node, {}).values(), (node, in_flight.get(node))
+            in_flight.setdefault(node, {})[e["correlation_id"]] = e["api"]
+        else:
+            in_flight.get(node, {}).pop(e["correlation_id"], None)
+    assert commits >= 3
