@@ -377,7 +377,9 @@ def test_reauthentication_is_ridden_out_without_a_gap(kafka, pki, mech):
                 i += 1
                 p.produce(topic, v, partition=0, on_delivery=lambda e, m: e and errors.append(e))
                 sent.append(v)
-                p.poll(0)
+            # kwire's Producer is driven by its caller (poll/flush): keep polling after the last
+            # produce, or a batch held during a renewal waits for flush()
+            p.poll(0)
             batch = c.consume(100, timeout=0.02)
             now = time.monotonic()
             if batch:
