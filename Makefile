@@ -17,6 +17,7 @@ demo: build
 test: build
 	bash tools/system-deps.sh
 	$(PYTHON) -m kwire.embedded.kafka
+	$(PYTHON) -m kwire.embedded.spark_kafka
 	KWIRE_REQUIRE_EXTENSION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
 
 # The benchmark suite (bench/; sizes from KWIRE_BENCH_* variables, see bench/harness.py):

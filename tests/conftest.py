@@ -136,7 +136,8 @@ def spark():
     """One local[2] SparkSession for the whole run (a session takes ~10 s to start).
 
     Workers run this interpreter (PYSPARK_PYTHON) and import kwire from this checkout
-    (PYTHONPATH), so they see the code under test.
+    (PYTHONPATH), so they see the code under test.  Spark's own Kafka source
+    (``format("kafka")``, jars from :mod:`kwire.embedded.spark_kafka`) is on the class path.
     """
     import sys
     from pathlib import Path
@@ -149,7 +150,10 @@ def spark():
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
     from pyspark.sql import SparkSession
 
+    from kwire.embedded.spark_kafka import spark_jars_conf
+
     session = (SparkSession.builder.master("local[2]").appName("kwire-tests")
+               .config("spark.jars", spark_jars_conf())  # Spark's own Kafka source, beside kwire's
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "4")
