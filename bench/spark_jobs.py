@@ -297,7 +297,8 @@ def session(app: str, *, spark_kafka: bool, extra_conf: dict | None = None):
     for k, v in (extra_conf or {}).items():
         b = b.config(k, v)
     s = b.getOrCreate()
-    s.sparkContext.setLogLevel("ERROR")
+    if os.environ.get("KWIRE_BENCH_SPARK_LOGLEVEL") != "keep":  # bench/spark_cold_trace.py keeps its own
+        s.sparkContext.setLogLevel("ERROR")
     return s
 
 

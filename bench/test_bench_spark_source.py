@@ -215,7 +215,7 @@ def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
             r[f"{k}_anchor_ratio"] = (round(a[k] / r[k], 3) if a and a.get(k) and r.get(k) else None)
     return {"records": n, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "workloads": workloads,
             "load_s": round(load_s, 2), "ends": ends, "ends_explicit": base["ends"] is not None,
-            "cold_repeat": COLD_REPEAT, "warm_rounds": WARM_ROUNDS, "warm_loadavg_1m_before": warm["loadavg_1m_before"],
+            "cold_repeat": COLD_REPEAT, "warm_rounds": WARM_ROUNDS, "warm_warmup": warm_spec["warmup"], "warm_loadavg_1m_before": warm["loadavg_1m_before"],
             "warm_process_s": warm["process_s"], "rows": rows}
 
 

@@ -63,6 +63,26 @@ def test_results_are_complete(smoke_results, suite):
 
 
 @pytest.mark.timeout(1800)
+def test_spark_source_results(smoke_results):
+    """bench/test_bench_spark_source.py in smoke mode: every job ran warm with the right answer
+    (the jobs check their answers), the default path also cold, step by step."""
+    from bench.spark_jobs import CONTENDERS, WORKLOADS
+
+    doc = json.loads((smoke_results / "results" / "spark-tansu.json").read_text())
+    assert doc["smoke"] is True and doc["anchor"] == "spark-kafka"
+    assert doc["machine"]["spark"]["pyspark"] and doc["machine"]["spark"]["spark-sql-kafka-jars"]
+    (st,) = doc["sets"]
+    assert {(r["contender"], r["workload"]) for r in st["rows"]} == {(c, w) for c in CONTENDERS for w in WORKLOADS}
+    for r in st["rows"]:
+        assert r["warm_error"] is None and r["warm_runs_s"], r
+    cold = [x for r in st["rows"] for x in r["cold_runs"]]
+    assert cold
+    for x in cold:
+        assert x["ok"], x
+        assert 0 < x["jvm_and_session_s"] < x["to_answer_s"] <= x["process_s"]
+
+
+@pytest.mark.timeout(1800)
 def test_micro_json(smoke_results):
     doc = json.loads((smoke_results / "results" / "micro.json").read_text())
     assert doc["benchmarks"], "pytest-benchmark wrote no benchmarks"
@@ -82,7 +102,9 @@ def test_report_renders(smoke_results):
     assert "| kwire-consumer |" in text and "SMOKE RUN" in text
     report = (out / "README.md").read_text()
     assert "## End to end" in report and "## Scaling" in report and "Microbenchmarks" in report
-    for png in ("e2e_throughput.png", "e2e_cpu.png", "scaling_partitions.png"):
+    assert "Spark: kwire beside Spark's own Kafka source" in text and "| spark-kafka |" in text
+    assert "## Spark: kwire beside Spark's own Kafka source" in report
+    for png in ("e2e_throughput.png", "e2e_cpu.png", "scaling_partitions.png", "spark_source.png"):
         assert (out / png).stat().st_size > 1000
     # splicing again replaces the section instead of adding a second one
     subprocess.run([sys.executable, str(ROOT / "tools" / "bench_report.py"), "--results",

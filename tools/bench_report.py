@@ -9,6 +9,8 @@ Reads what the benchmarks wrote:
 * ``scaling.json`` — bench/test_bench_scaling.py;
 * ``micro.json`` — pytest-benchmark's ``--benchmark-json`` of the microbenchmarks
   (bench/test_bench_records.py, bench/test_bench_spark.py, ...);
+* ``spark-<target>.json`` — bench/test_bench_spark_source.py: kwire's Spark paths beside
+  Spark's own Kafka source and confluent-kafka in mapPartitions, cold and warm;
 
 and writes ``<out>/README.md`` (every table), ``<out>/*.png`` (charts; each states the machine,
 the versions and the date), and the summary table between ``<!-- bench:start -->`` and
@@ -55,6 +57,11 @@ def load(results: Path) -> dict:
         doc = _read(path)
         if doc is not None:
             out["e2e"][doc.get("target", {}).get("name") or path.stem[4:]] = doc
+    out["spark"] = {}
+    for path in sorted(results.glob("spark-*.json")):
+        doc = _read(path)
+        if doc is not None and doc.get("sets"):
+            out["spark"][doc.get("target", {}).get("name") or path.stem[6:]] = doc
     return out
 
 
@@ -239,6 +246,152 @@ def micro_stamp(doc: dict) -> str:
     return f"{cpu}; Python {mi.get('python_version', '?')}; {str(doc.get('datetime', '?'))[:10]}"
 
 
+# --- Spark: kwire beside Spark's own Kafka source ----------------------------------------------
+
+SPARK_ORDER = ["kwire-df", "kwire-datasource", "kwire-arrow-rdd", "spark-kafka", "confluent-rdd"]
+SPARK_NOTES = {
+    "kwire-df": "`kwire.spark.read_kafka(spark, ...)`, kwire's default DataFrame path",
+    "kwire-datasource": "`spark.read.format(\"kwire\")` (the Python Data Source)",
+    "kwire-arrow-rdd": "`kwire.spark.kafka_arrow_rdd` (Arrow batches in an RDD, ranges planned by kwire)",
+    "spark-kafka": "Spark's own source, `spark.read.format(\"kafka\")` (spark-sql-kafka-0-10, kafka-clients)",
+    "confluent-rdd": "confluent-kafka in `mapPartitions`, a Consumer per partition (`fetch.queue.backoff.ms=10`)",
+}
+SPARK_TARGETS = {"kafka": "Apache Kafka 4.3", "tansu": "Tansu"}
+
+
+def _spark_key(name: str) -> tuple:
+    return (SPARK_ORDER.index(name) if name in SPARK_ORDER else len(SPARK_ORDER), name)
+
+
+def _anchor_ratio(v) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def spark_stamp(doc: dict) -> str:
+    m = doc.get("machine", {})
+    v = m.get("versions", {})
+    sp = m.get("spark", {})
+    s = (f"{m.get('cpu_model', '?')} ({m.get('cores', '?')} cores); Python {m.get('python', '?')}; "
+         f"PySpark {sp.get('pyspark', '?')} {doc.get('master', 'local[2]')}, "
+         f"{', '.join(j[:-4] for j in sp.get('spark-sql-kafka-jars', []))}; kwire {v.get('kwire', '?')} "
+         f"({v.get('kwire_codec', '?')}); confluent-kafka {v.get('confluent-kafka', '?')}; "
+         f"{SPARK_TARGETS.get(doc.get('target', {}).get('name'), '?')} {doc.get('target', {}).get('version') or ''}; "
+         f"{str(doc.get('date', '?'))[:10]}")
+    return ("SMOKE RUN (tiny counts, numbers meaningless); " + s) if doc.get("smoke") else s
+
+
+def spark_set_line(doc: dict, st: dict) -> str:
+    loads = [x.get("loadavg_1m_before") for r in st["rows"] for x in r.get("cold_runs", [])]
+    loads = [x for x in loads if x is not None] + [st.get("warm_loadavg_1m_before")]
+    loads = [x for x in loads if x is not None]
+    s = (f"{st['records']:,} records × {st['value_bytes']} B values on {st['partitions']} partitions; "
+         f"cold: median of {st['cold_repeat']} fresh process{'es' if st['cold_repeat'] != 1 else ''} per job, "
+         f"warm: best of {st['warm_rounds']} interleaved round{'s' if st['warm_rounds'] != 1 else ''} in one session"
+         + (" after a warm-up round" if st.get("warm_warmup", 1) else ""))
+    if st.get("ends_explicit"):
+        s += "; explicit `endingOffsets` (Tansu's ListOffsets(latest) is short of the end)"
+    if loads:
+        s += f"; 1-minute load average before a job {min(loads):.1f}–{max(loads):.1f}"
+    return s
+
+
+def spark_table(st: dict) -> list[str]:
+    """One size: per contender, cold seconds to the answer and warm best seconds per workload,
+    with Spark's source's seconds ÷ this (above 1: faster than Spark's source)."""
+    workloads = st.get("workloads") or sorted({r["workload"] for r in st["rows"]})
+    by = {(r["contender"], r["workload"]): r for r in st["rows"]}
+    contenders = sorted({r["contender"] for r in st["rows"]}, key=_spark_key)
+    head = "| contender |"
+    rule = "|---|"
+    for w in workloads:
+        head += f" {w} cold s | ÷ Spark | {w} warm s | ÷ Spark |"
+        rule += "---:|---:|---:|---:|"
+    lines = [head, rule]
+    for c in contenders:
+        cells = [c]
+        for w in workloads:
+            r = by.get((c, w)) or {}
+            cells += [fmt(r.get("cold_to_answer_s")), _anchor_ratio(r.get("cold_to_answer_s_anchor_ratio")),
+                      fmt(r.get("warm_best_s")), _anchor_ratio(r.get("warm_best_s_anchor_ratio"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def spark_cold_table(st: dict) -> list[str]:
+    """Where a cold job's seconds go: session (JVM start), defining the job (read_kafka plans
+    here), the first action; process exit after session.stop()."""
+    lines = ["| job | to the answer s | JVM + SparkSession s | define (plan) s | first action s | process exit s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in sorted(st["rows"], key=lambda r: (r["workload"], _spark_key(r["contender"]))):
+        if r.get("cold_to_answer_s") is None:
+            continue
+        lines.append(f"| {r['contender']} / {r['workload']} | {fmt(r['cold_to_answer_s'])} | {fmt(r['cold_session_s'])} | "
+                     f"{fmt(r['cold_define_s'])} | {fmt(r['cold_first_action_s'])} | {fmt(r['cold_process_s'])} |")
+    return lines
+
+
+def chart_spark(spark: dict, out: Path, fname: str) -> str | None:
+    """Seconds per job (lower is better) for the first size of each target: cold and warm,
+    count and the Python aggregation."""
+    plt = _plt()
+    targets = [t for t in ("kafka", "tansu") if t in spark] + [t for t in spark if t not in ("kafka", "tansu")]
+    if not targets:
+        return None
+    panels = [("count", "cold_to_answer_s", "count, cold"), ("count", "warm_best_s", "count, warm"),
+              ("agg", "cold_to_answer_s", "Python aggregation, cold"), ("agg", "warm_best_s", "Python aggregation, warm")]
+    contenders = sorted({r["contender"] for t in targets for r in spark[t]["sets"][0]["rows"]}, key=_spark_key)
+    fig, axes = plt.subplots(len(targets), len(panels), figsize=(4.0 * len(panels), 0.38 * len(contenders) * len(targets) + 1.6 * len(targets) + 0.6),
+                             sharey=True, squeeze=False)
+    for row, t in zip(axes, targets):
+        st = spark[t]["sets"][0]
+        by = {(r["contender"], r["workload"]): r for r in st["rows"]}
+        for ax, (w, key, label) in zip(row, panels):
+            ys = list(range(len(contenders)))
+            vals = [(by.get((c, w)) or {}).get(key) or 0 for c in contenders]
+            colors = ["#1f77b4" if c.startswith("kwire") else "#ff7f0e" if c == "spark-kafka" else "#999999"
+                      for c in contenders]
+            ax.barh(ys, vals, color=colors)
+            for y, v in zip(ys, vals):
+                ax.text(v, y, f" {v:.1f} s" if v else " –", va="center", fontsize=7)
+            ax.set_yticks(ys)
+            ax.set_yticklabels(contenders, fontsize=8)
+            ax.invert_yaxis()
+            ax.set_title(f"{SPARK_TARGETS.get(t, t)}, {st['records']:,} records: {label}", fontsize=8)
+            ax.set_xlabel("seconds (lower is better)", fontsize=7)
+            ax.tick_params(axis="x", labelsize=7)
+            ax.margins(x=0.3)
+    fig.suptitle("Spark local[2]: kwire (blue), Spark's own Kafka source (orange), confluent-kafka in mapPartitions (grey); "
+                 "cold = a fresh process per job, JVM start included", fontsize=9)
+    _footer(fig, spark_stamp(spark[targets[0]]))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.savefig(out / fname, dpi=110)
+    plt.close(fig)
+    return fname
+
+
+def spark_sections(spark: dict, charts: dict, *, full: bool, out_rel: str = ".") -> list[str]:
+    lines = []
+    if charts.get("spark_source"):
+        lines += [f"![Spark: kwire beside Spark's Kafka source]({out_rel}/{charts['spark_source']})", ""]
+    for t in [t for t in ("kafka", "tansu") if t in spark] + [t for t in spark if t not in ("kafka", "tansu")]:
+        doc = spark[t]
+        for st in doc["sets"]:
+            lines += [f"**Spark local[2] on {SPARK_TARGETS.get(t, t)}** — {spark_set_line(doc, st)}; "
+                      "seconds per job, ÷ Spark = Spark's source's seconds ÷ this (above 1: faster):", "",
+                      *spark_table(st), ""]
+            if full:
+                lines += ["Cold jobs, step by step (medians, seconds since the process was launched):", "",
+                          *spark_cold_table(st), ""]
+        lines += [f"_{spark_stamp(doc)}._", ""]
+    if full:
+        lines += ["What each row is:", "", *[f"* `{c}` — {n}" for c, n in SPARK_NOTES.items()], "",
+                  "`count` is `count()` (the RDDs sum per-task counts); `agg` is a per-record Python loop over the "
+                  "keys and values (per key: records and the sum of the integer each value starts with) in "
+                  "`mapInArrow` for the DataFrames, in `mapPartitions` for the RDDs, merged on the driver; every "
+                  "answer is checked.", ""]
+    return lines
+
+
 # --- charts -----------------------------------------------------------------------------------
 
 def _plt():
@@ -421,6 +574,11 @@ def full_report(data: dict, charts: dict) -> str:
                     lines.append(f"| {r['client']} | failed | | |")
             lines += [""]
         lines += [f"_{stamp(sc)}._ {load_note(sc)}", ""]
+    if data.get("spark"):
+        lines += ["## Spark: kwire beside Spark's own Kafka source", "",
+                  "bench/test_bench_spark_source.py: every job cold (a fresh process creating its SparkSession, "
+                  "as a scheduled `spark-submit` job) and warm (one session, after a warm-up).", "",
+                  *spark_sections(data["spark"], charts, full=True)]
     mi = data["micro"]
     if mi:
         lines += ["## Microbenchmarks (pytest-benchmark)", "", f"_{micro_stamp(mi)}._", "", *micro_tables(mi)]
@@ -430,7 +588,7 @@ def full_report(data: dict, charts: dict) -> str:
 def readme_section(data: dict, charts: dict, out_rel: str) -> str:
     lines = [START, "",
              "_Generated by `make bench-report` from `bench/results/`; do not edit between the markers._", ""]
-    if not data["e2e"] and not data["scaling"] and not data["micro"]:
+    if not data["e2e"] and not data["scaling"] and not data["micro"] and not data.get("spark"):
         return "\n".join(lines + ["No results yet: run `make bench`.", "", END])
     for t in [t for t in ("replay", "kafka", "tansu", "mock") if t in data["e2e"]]:
         doc = data["e2e"][t]
@@ -442,6 +600,10 @@ def readme_section(data: dict, charts: dict, out_rel: str) -> str:
         lines += [f"_{stamp(any_doc)}._", ""]
     if charts.get("e2e_throughput"):
         lines += [f"![end-to-end throughput]({out_rel}/{charts['e2e_throughput']})", ""]
+    if data.get("spark"):
+        lines += ["**Spark: kwire beside Spark's own Kafka source** (`bench/test_bench_spark_source.py`; "
+                  "cold = a fresh process per job, JVM start included; warm = one session after a warm-up):", "",
+                  *spark_sections(data["spark"], charts, full=False, out_rel=out_rel)]
     lines += [f"Scaling with partitions, record size and compression, CPU charts and the microbenchmarks: "
               f"[{out_rel}/README.md]({out_rel}/README.md).", "", END]
     return "\n".join(lines)
@@ -490,6 +652,8 @@ def main(argv=None) -> int:
             charts["e2e_cpu"] = chart_e2e(data["e2e"], args.out, "cpu_s_per_million", "CPU seconds per million records",
                                           "End to end: client CPU (blue/grey) and broker CPU (orange) per million records",
                                           "e2e_cpu.png", broker_key="broker_cpu_s_per_million")
+        if data.get("spark"):
+            charts["spark_source"] = chart_spark(data["spark"], args.out, "spark_source.png")
         if data["scaling"]:
             for axis in ("partitions", "value_bytes", "compression"):
                 charts[f"scaling_{axis}"] = chart_scaling(data["scaling"], args.out, axis, f"scaling_{axis}.png")
