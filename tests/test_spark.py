@@ -470,7 +470,7 @@ def test_read_kafka_readers_pack_and_start_where_asked(spark, peer, unique_topic
     assert offsets_of(df) == {0: list(range(8)), 1: list(range(3, 8))}
 
 
-@pytest.mark.parametrize("missing, expected", [((), "datasource"), (("dataSource",), "mapInArrow"),
+@pytest.mark.parametrize("missing, expected", [((), "mapInArrow"), (("pandas",), "datasource"),
                                                (("dataSource", "pandas"), "rows"), (("pyarrow",), "rows")])
 def test_read_kafka_auto_picks_what_is_installed(spark, peer, unique_topic, monkeypatch, missing, expected):
     create(peer, unique_topic, 1)
@@ -487,6 +487,15 @@ def test_read_kafka_auto_picks_what_is_installed(spark, peer, unique_topic, monk
     assert offsets_of(df) == {0: list(range(5))}
     with pytest.raises(ConfigError, match="reader must be one of"):
         ks.read_kafka(spark, reader="jdbc", **options(peer, unique_topic))
+
+
+def test_the_default_plan_names_its_topic_ranges_and_records(spark, peer, unique_topic):
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 6)
+    df = ks.read_kafka(spark, **options(peer, unique_topic, startingOffsets='{"%s": {"0": 2, "1": 0}}' % unique_topic))
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert f"kwire[{unique_topic}: 0 [2, 6), 1 [0, 6); 10 records]" in plan, plan
+    assert df.count() == 10
 
 
 def test_transaction_markers_leave_gaps_that_ranges_step_over(registered, peer, unique_topic):

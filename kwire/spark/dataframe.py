@@ -36,23 +36,52 @@ __all__ = ["read_kafka", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "Pendin
 
 _log = logging.getLogger("kwire.spark")
 
-_RANGES_SCHEMA = "topic string, partition int, from_offset long, until_offset long, topic_id string"
 
+class _ArrowTaskGroups:
+    """The ``mapInArrow`` function of :func:`read_kafka`'s default path (runs on executors).
 
-class _ArrowRanges:
-    """The ``mapInArrow`` function: each input row is a range to read (runs on executors)."""
+    It maps ``spark.range(n, numPartitions=n)``, so task ``i`` gets the one id ``i`` and reads
+    the ranges of task group ``i``, which travel inside this function.  Nothing but the JVM
+    makes the ids: no Python stage before the read, no Data Source planning workers.  Its
+    ``__name__`` is what ``explain()`` prints for the step: topics, ranges, records.
+    """
 
-    def __init__(self, settings: ReadSettings):
+    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]]):
         self.settings = settings
+        self.groups = [tuple(_range_tuple(r) for r in g) for g in groups]
+        self.__name__ = describe_ranges([r for g in groups for r in g])
 
     def __call__(self, batches):
         from .arrow import kafka_arrow_schema
 
         schema = kafka_arrow_schema(self.settings.include_headers)
         for batch in batches:
-            for row in batch.to_pylist():
-                r = (row["topic"], row["partition"], row["from_offset"], row["until_offset"], row["topic_id"])
-                yield from read_range_arrow(self.settings, r, schema)
+            for i in batch.column(0).to_pylist():
+                for r in self.groups[i]:
+                    yield from read_range_arrow(self.settings, r, schema)
+
+
+def describe_ranges(ranges: list[OffsetRange], limit: int = 4) -> str:
+    """``kwire[t: 0 [0, 10), 1 [0, 12); 22 records]``: what a plan reads, for ``explain()``."""
+    parts: list[str] = []
+    by_topic: dict[str, list[OffsetRange]] = {}
+    for r in ranges:
+        by_topic.setdefault(r.topic, []).append(r)
+    shown = 0
+    for topic, rs in by_topic.items():
+        items = []
+        for r in rs:
+            if shown >= limit:
+                break
+            items.append(f"{r.partition} [{r.from_offset}, {r.until_offset})")
+            shown += 1
+        more = len(rs) - len(items)
+        if items:
+            parts.append(f"{topic}: " + ", ".join(items) + (f" +{more} more" if more else ""))
+        else:
+            parts.append(f"{topic}: {len(rs)} ranges")
+    total = sum(r.size for r in ranges)
+    return f"kwire[{'; '.join(parts)}; {total} records]" if parts else "kwire[no records]"
 
 
 class _GroupReader:
@@ -85,10 +114,6 @@ def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
                           f"not {num_partitions!r}")
     groups = task_groups(ranges, num_partitions)
     return sc.parallelize(groups, max(1, len(groups)))
-
-
-def _range_rows(group: list[OffsetRange]) -> list[tuple]:
-    return [_range_tuple(r) for r in group]
 
 
 def _range_tuple(r: OffsetRange) -> tuple:
@@ -126,18 +151,24 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
     Planning happens now, on the driver: an unknown option, malformed JSON, a missing topic or
     an unreachable cluster raise here, before any task runs.
 
-    ``reader`` picks how executors hand the records to Spark: ``"datasource"`` (the "kwire"
-    Python Data Source, reading the ranges planned here; Arrow batches), ``"mapInArrow"``
-    (a DataFrame of the ranges, mapped to Arrow batches; needs pandas installed), ``"rows"``
-    (an RDD of row tuples, no pyarrow needed), or ``"auto"``: the first of these that is
-    available, in that order (the Data Source is the fastest: it skips the ranges DataFrame).
+    ``reader`` picks how executors hand the records to Spark: ``"mapInArrow"`` (each task
+    reads its planned ranges into Arrow batches in a ``mapInArrow`` over ``spark.range``;
+    PySpark needs pandas installed for it), ``"datasource"`` (the "kwire" Python Data Source,
+    reading the ranges planned here; Arrow batches), ``"rows"`` (an RDD of row tuples, no
+    pyarrow needed), or ``"auto"``: the first of these that is available, in that order.
+
+    ``mapInArrow`` comes first because scheduled batch jobs start cold: a Python Data Source
+    makes Spark start three Python planning processes on the driver (look-up, creation,
+    planning), each importing PySpark, pyarrow and kwire, before the first task runs, while
+    ``mapInArrow`` over ``spark.range`` starts none; warm, the two move the same Arrow
+    batches (see the README's Spark benchmarks).
     """
     if reader not in _READERS:
         raise ConfigError(f"read_kafka: reader must be one of {', '.join(_READERS)}, not {reader!r}")
     opts = parse_options(options, streaming=False)
     if reader == "auto":
-        reader = ("datasource" if _data_source_available(spark)
-                  else "mapInArrow" if _have("pyarrow") and _have("pandas") else "rows")
+        reader = ("mapInArrow" if _have("pyarrow") and _have("pandas")
+                  else "datasource" if _data_source_available(spark) else "rows")
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
     settings = ReadSettings.from_options(opts)
@@ -161,10 +192,8 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
             source = source.option(PROGRESS_OPTION, str(progress.aid))
         df = source.load()
     elif reader == "mapInArrow":
-        # a Spark partition per task group: the rows of group i land in partition i
-        tasks = _ranges_rdd(sc, plan.ranges, opts.max_partitions).flatMap(_range_rows)
-        ranges = spark.createDataFrame(tasks, _RANGES_SCHEMA)
-        df = ranges.mapInArrow(_ArrowRanges(settings), schema)
+        groups = task_groups(plan.ranges, opts.max_partitions)
+        df = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(_ArrowTaskGroups(settings, groups), schema)
     else:
         rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_GroupReader(settings))
         df = spark.createDataFrame(rdd, schema)
