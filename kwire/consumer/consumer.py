@@ -66,6 +66,10 @@ _CLOSE_TIMEOUT_MS = 15000
 # the garbage collector's work small; the driver decodes the next chunk while the application
 # works through the current one.
 _DECODE_AHEAD_BYTES = 4 << 20
+# The application wakes the driver once it has taken this much of the decoded data (or when it
+# runs out of records), not after every chunk: a wake-up is a system call in the application's
+# thread and hands the GIL to the driver, which the application then waits to get back.
+_WAKE_AFTER_BYTES = _DECODE_AHEAD_BYTES // 2
 
 
 # --- driver -> application events (besides the state machines' actions) ----------------------
@@ -195,6 +199,7 @@ class Consumer:
         self._app_waiting = False
         self._cmds: deque = deque()          # app -> driver
         self._released: deque = deque()      # app -> driver: (tp, bytes) taken from the buffer
+        self._unsignalled = 0                # app: bytes released since it last woke the driver
         self._last_poll_ms = now             # app writes
         self._in_poll = False                # app writes: blocked inside poll/consume/close
         self._consumed: dict = {}            # app writes: tp -> (offset, epoch, fence)
@@ -654,8 +659,16 @@ class Consumer:
 
     def _release(self, chunk: FetchedChunk) -> None:
         self._released.append((chunk.tp, chunk.nbytes))
+        self._unsignalled += chunk.nbytes
+        if self._unsignalled >= _WAKE_AFTER_BYTES:
+            self._wake_driver()
+
+    def _wake_driver(self) -> None:
+        """Tell a waiting driver about the bytes taken since the last call, if it has use for
+        them: chunks to decode, or room to fetch again."""
+        self._unsignalled = 0
         if self._raw or self._fetcher.starved:
-            self._net.wakeup()  # more to decode, or room to fetch
+            self._net.wakeup()
 
     def _done_chunk(self) -> None:
         chunk = self._cur_chunk
@@ -709,6 +722,8 @@ class Consumer:
                 now = now_ms()
                 if now >= deadline:
                     return False
+                if self._unsignalled:
+                    self._wake_driver()  # out of records: whatever we took counts now
                 with self._cond:
                     self._app_waiting = True
                     self._in_poll = True
@@ -841,9 +856,9 @@ class Consumer:
                 if self._apply_commands(now):
                     break
                 self._sync_from_app(now)
-                self._decode_ahead()
                 self._metadata_step(now)
-                self._send_all(now)
+                self._send_all(now)  # (before decoding: e.g. a Fetch the released bytes allow)
+                self._decode_ahead()
                 self._dispatch_actions()
                 if self._close_future is not None and self._close_complete(now):
                     break
