@@ -579,3 +579,45 @@ def test_fetched_records_are_views_that_survive_buffer_recycling(broker, create_
         assert reader.spare_bytes > 0
         c.release_buffers()
         assert reader.spare_bytes == 0
+
+
+def test_large_answer_in_pieces_is_read_in_one_wait(monkeypatch):
+    """The rest of a large answer is read in one blocking call with the GIL released (bounded
+    by WAITALL_TIMEOUT_S), not one read per readiness event: each of those has to win the GIL
+    back from the application's thread.  Here the broker sends the first 300 KB of a ~0.8 MB
+    answer, pauses, then the rest: the read waiting for it began before the rest was sent."""
+    from kwire.net import client as client_mod
+    from kwire.protocol.schema import ZERO_UUID
+
+    monkeypatch.setattr(client_mod, "WAITALL_TIMEOUT_S", 5.0)  # the pause below always fits
+    topics = [{"error_code": 0, "name": f"t{i:05d}-" + "x" * 180, "topic_id": ZERO_UUID,
+               "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
+              for i in range(4000)]
+    rest_sent = []
+
+    def handler(key, version, cid, body):
+        if key == 18:
+            return api_versions_ok(version, cid)
+        out = frame("Metadata", version, cid, {"brokers": [], "topics": topics, "controller_id": -1})
+
+        def pieces():
+            yield out[:300_000]
+            time.sleep(0.2)
+            rest_sent.append(time.monotonic())
+            yield out[300_000:]
+        return pieces()
+
+    reads = []
+    real_read = client_mod.NetworkClient._read
+
+    def timed_read(self, conn, now):
+        reads.append(time.monotonic())
+        return real_read(self, conn, now)
+
+    with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False) as c:
+        c.ensure_ready(None)
+        monkeypatch.setattr(client_mod.NetworkClient, "_read", timed_read)
+        resp = c.request(None, "Metadata", _metadata_body([]), timeout_ms=20_000)
+    assert len(resp["topics"]) == 4000
+    # no read pass had to start once the rest was on its way: the one waiting took it
+    assert reads and all(t < rest_sent[0] for t in reads), (reads, rest_sent)

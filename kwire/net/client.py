@@ -58,6 +58,7 @@ import random
 import selectors
 import socket
 import struct
+import sys
 import time
 from collections import deque
 from typing import Any, Callable, Iterable, Mapping
@@ -103,6 +104,13 @@ SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled recei
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
 _READ_CHUNK_BYTES = 256 * 1024
 _MAX_READS_PER_EVENT = 64  # then let other connections have a turn
+# The rest of a large answer is read in one blocking call (MSG_WAITALL) with the GIL released,
+# for at most this long, instead of a recv per readiness event: a thread that blocks in a
+# system call must win the GIL back afterwards, and while another thread runs Python code that
+# takes up to the interpreter's switch interval (5 ms) -- a consumer's driver reading a 2 MB
+# Fetch answer that arrived in pieces went at the pace of the application's thread.
+WAITALL_TIMEOUT_S = 0.01
+_WAITALL = hasattr(socket, "MSG_WAITALL") and sys.platform.startswith("linux")
 GROUP_NODE_BASE = 2**31 - 1  # group_node(n) = GROUP_NODE_BASE - n
 _IOV_MAX = 512
 # Requests that only read: sending one again after a lost connection cannot change anything.
@@ -1041,7 +1049,9 @@ class NetworkClient:
                 return
             direct = reader.direct_buffer() if conn.tls is None else None
             try:
-                if direct is not None:
+                if direct is not None and _WAITALL:
+                    n = _recv_waitall(sock, direct)
+                elif direct is not None:
                     n = sock.recv_into(direct)
                 else:
                     n = sock.recv_into(self._read_view)
@@ -1073,8 +1083,11 @@ class NetworkClient:
                     return
             if conn.abandoned or conn.discarding is not None:
                 self._skip_abandoned(conn)
-            if direct is None and n < len(self._read_buf):
-                return  # drained the socket for now
+            if direct is None:
+                if n < len(self._read_buf):
+                    return  # drained the socket for now
+            elif _WAITALL and n < len(direct):
+                return  # the answer is not complete yet: back to the loop until more arrives
 
     def _on_frame(self, conn: Connection, payload: bytearray, now: int) -> bool:
         """Match and decode one response frame; False if the connection was closed."""
@@ -1343,3 +1356,16 @@ def _as_connection_error(error: KwireError, conn: Connection) -> KwireError:
     err = KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) failed: {error}")
     err.__cause__ = error
     return err
+
+
+def _recv_waitall(sock: socket.socket, view: memoryview) -> int:
+    """``recv_into(view)`` that waits, GIL released, until ``view`` is full, the connection
+    ends, or :data:`WAITALL_TIMEOUT_S` passes (then what arrived; BlockingIOError if nothing)."""
+    sec = int(WAITALL_TIMEOUT_S)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                    struct.pack("ll", sec, int((WAITALL_TIMEOUT_S - sec) * 1e6)))
+    sock.setblocking(True)
+    try:
+        return sock.recv_into(view, len(view), socket.MSG_WAITALL)
+    finally:
+        sock.setblocking(False)
