@@ -200,6 +200,9 @@ class Consumer:
         self._cmds: deque = deque()          # app -> driver
         self._released: deque = deque()      # app -> driver: (tp, bytes) taken from the buffer
         self._unsignalled = 0                # app: bytes released since it last woke the driver
+        # (half the buffer at most: with a small queued.max.messages.kbytes the driver must hear
+        # of the room while the application still has records to work on)
+        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, cfg.queued_max_messages_kbytes * 512))
         self._last_poll_ms = now             # app writes
         self._in_poll = False                # app writes: blocked inside poll/consume/close
         self._consumed: dict = {}            # app writes: tp -> (offset, epoch, fence)
@@ -660,7 +663,7 @@ class Consumer:
     def _release(self, chunk: FetchedChunk) -> None:
         self._released.append((chunk.tp, chunk.nbytes))
         self._unsignalled += chunk.nbytes
-        if self._unsignalled >= _WAKE_AFTER_BYTES:
+        if self._unsignalled >= self._wake_after_bytes:
             self._wake_driver()
 
     def _wake_driver(self) -> None:
