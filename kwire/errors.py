@@ -85,6 +85,12 @@ class DataLossError(KwireError):
     changed).  Raised by the Spark source when failOnDataLoss is true."""
 
 
+class ExecutorSetupError(KwireError):
+    """Spark's executors cannot run kwire (not importable there, another version, or their
+    Python does not start); the message says what each executor reported and how to ship
+    kwire with the job."""
+
+
 class LogTruncationError(KwireError):
     """The leader's log was truncated below the consumer's position (KIP-320)."""
 

@@ -24,8 +24,14 @@ Options are Spark's Kafka source options (:mod:`kwire.spark.options`) plus
 """
 from __future__ import annotations
 
+from .logs import route_worker_logs
+
+route_worker_logs()  # in a Python worker Spark started: kwire.spark's lines to its stderr
+
+from .executors import check_executors
 from .dataframe import PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, read_kafka
 from .options import OffsetSpec, SourceOptions, parse_options
+from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .planner import DataLossError, OffsetRange, Plan, pack_ranges, plan_ranges, split_ranges
 from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_clients
 from .schema import kafka_schema, kafka_schema_ddl
@@ -36,11 +42,15 @@ __all__ = [
     "OffsetRange", "Plan", "plan_ranges", "split_ranges", "pack_ranges", "DataLossError",
     "KafkaRow", "KafkaRowWithHeaders", "ReadSettings", "close_cached_clients",
     "kafka_schema", "kafka_schema_ddl",
+    "kafka_progress", "KafkaProgress", "add_lag_listener", "check_executors",
 ]
 
 
 def register(spark) -> None:
-    """Register the "kwire" Python Data Source with ``spark`` (batch and streaming reads)."""
-    from .datasource import KwireDataSource
+    """Register the "kwire" Python Data Source with ``spark`` (batch and streaming reads),
+    once per session, after checking that the executors can import kwire
+    (:func:`~kwire.spark.executors.check_executors`)."""
+    from .datasource import register_once
 
-    spark.dataSource.register(KwireDataSource)
+    check_executors(spark)
+    register_once(spark)

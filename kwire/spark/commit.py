@@ -239,11 +239,11 @@ class PendingCommit:
                 offsets.commit(self.group, self.offsets)
             self.committed = dict(self.offsets)
             self.reason = "committed"
-            _log.info("kwire.spark: committed %s to group %r", self.offsets, self.group)
+            _log.info("committed %s to group %r", self.offsets, self.group)
         except BaseException as exc:
             self.error = exc
             self.reason = f"committing to group {self.group!r} failed: {exc}"
-            _log.error("kwire.spark: %s", self.reason)
+            _log.error("%s", self.reason)
         finally:
             self._stop_listening()
             self._done.set()
@@ -252,11 +252,11 @@ class PendingCommit:
         """True when this action's outcome allows the commit; else :attr:`reason` says why not."""
         if kind == "failure":
             self.reason = f"the last action ({func}) failed: nothing committed; {detail}"
-            _log.warning("kwire.spark: %s", self.reason)
+            _log.warning("%s", self.reason)
             return False
         if kind == "error":
             self.reason = f"the outcome of an action ({func}) could not be read: {detail!r}"
-            _log.warning("kwire.spark: %s", self.reason)
+            _log.warning("%s", self.reason)
             return False
         records, fingerprint, partial = detail
         if partial:
@@ -266,7 +266,7 @@ class PendingCommit:
         if why is None:
             return True
         self.reason = f"the last action ({func}) succeeded, but {why}: nothing committed yet"
-        _log.info("kwire.spark: %s", self.reason)
+        _log.info("%s", self.reason)
         return False
 
     def wait(self, timeout_s: float | None = None) -> dict:

@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 from ..config import parse_config
 from ..errors import ConfigError, KwireError
 from .commit import PendingCommit, commit_after_full_read, progress_param
+from .executors import check_executors
 from .offset_reader import OffsetReader, lookup_topic_ids
 from .options import parse_options
 from .planner import OffsetRange, task_groups
@@ -171,6 +172,7 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
                   else "datasource" if _data_source_available(spark) else "rows")
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
+    check_executors(spark)
     settings = ReadSettings.from_options(opts)
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
@@ -179,9 +181,9 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
         progress = sc.accumulator(frozenset(), progress_param())
         settings = dataclasses.replace(settings, progress=progress)
     if reader == "datasource":
-        from .datasource import PLANNED_RANGES_OPTION, PROGRESS_OPTION, KwireDataSource
+        from .datasource import PLANNED_RANGES_OPTION, PROGRESS_OPTION, register_once
 
-        spark.dataSource.register(KwireDataSource)
+        register_once(spark)
         source = spark.read.format("kwire")
         for k, v in options.items():  # what reading the planned ranges needs
             if k.lower() not in _PLANNING_ONLY and v is not None:
@@ -230,6 +232,7 @@ def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_par
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
     ranges = _pin_topic_ids(config, offset_ranges)
+    check_executors(sc)
     return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings))
 
 
@@ -254,6 +257,7 @@ def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, n
     """
     settings = _rdd_settings(config, include_headers, fail_on_data_loss, poll_timeout_ms)
     ranges = _pin_topic_ids(config, offset_ranges)
+    check_executors(sc)
     return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings, arrow=True))
 
 

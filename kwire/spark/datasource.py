@@ -30,6 +30,8 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import threading
+import weakref
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -50,7 +52,7 @@ except ImportError:  # PySpark < 4.2: no read limits
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
-__all__ = ["KwireDataSource", "RangePartition", "PLANNED_RANGES_OPTION", "PROGRESS_OPTION"]
+__all__ = ["KwireDataSource", "RangePartition", "register_once", "PLANNED_RANGES_OPTION", "PROGRESS_OPTION"]
 
 # Internal: read_kafka plans on the driver and hands the ranges over, so they are not planned
 # twice (and a commit covers exactly what was read).
@@ -61,6 +63,20 @@ PLANNED_RANGES_OPTION = "kwire.plannedranges"
 PROGRESS_OPTION = "kwire.progress"
 
 _log = logging.getLogger("kwire.spark")
+
+
+_registered: "weakref.WeakSet" = weakref.WeakSet()
+_registered_lock = threading.Lock()
+
+
+def register_once(spark) -> None:
+    """Register :class:`KwireDataSource` with ``spark`` unless this session has it already
+    (Spark warns on every registration of a name it knows)."""
+    with _registered_lock:
+        if spark in _registered:
+            return
+        spark.dataSource.register(KwireDataSource)
+        _registered.add(spark)
 
 
 class RangePartition(InputPartition):
@@ -207,7 +223,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         planner.check_named_partitions(o.starting, tps, "startingOffsets")
         earliest, latest = r.earliest(tps), r.latest(tps)
         start, start_ids = r.resolve_start(tps, earliest, latest)
-        _log.info("kwire.spark: stream starts at %s", start)
+        _log.info("stream starts at %s", start)
         # startingOffsets=group: the ids the offsets were committed with, so that the first
         # batch reports offsets committed in a topic since deleted and recreated
         return planner.offsets_to_json(start, {**r.topic_ids(tps), **start_ids})
@@ -220,7 +236,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         r = self.offsets
         self._target = r.latest(r.partitions())
-        _log.info("kwire.spark: Trigger.AvailableNow reads up to %s", self._target)
+        _log.info("Trigger.AvailableNow reads up to %s", self._target)
 
     def latestOffset(self, start: dict = None, limit=None) -> dict:
         if start:
@@ -280,7 +296,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                    max_records_per_partition=o.max_records_per_partition,
                                    start_ids=planner.topic_ids_from_json(start), topic_ids=now_ids)
         for w in plan.warnings:
-            _log.warning("kwire.spark: %s", w)
+            _log.warning("%s", w)
         log_plan(plan, latest)
         return [RangePartition(g) for g in planner.task_groups(plan.ranges, o.max_partitions)]
 
@@ -297,7 +313,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = planner.offsets_from_json(end)
         self.offsets.commit(group, offsets)
         self._committed = end
-        _log.info("kwire.spark: committed %s to group %r", offsets, group)
+        _log.info("committed %s to group %r", offsets, group)
 
     def stop(self) -> None:
         if self._offsets is not None:

@@ -76,7 +76,7 @@ class OffsetReader:
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 client.close()
                 raise UnreachableClusterError(
-                    f"kwire.spark: cannot reach Kafka at kafka.bootstrap.servers="
+                    f"cannot reach Kafka at kafka.bootstrap.servers="
                     f"{self.options.bootstrap_servers}: {exc}") from None
             self._client = client
         return self._client
@@ -102,7 +102,7 @@ class OffsetReader:
             except KwireError as exc:
                 if attempt + 1 >= attempts or not _retriable(exc):
                     if attempt:
-                        _log.warning("kwire.spark: %s failed after %d attempts: %s", what, attempt + 1, exc)
+                        _log.warning("%s failed after %d attempts: %s", what, attempt + 1, exc)
                     raise
                 _log.debug("%s failed (%s); retrying", what, exc)
                 time.sleep(pause_s * (attempt + 1))
@@ -130,7 +130,7 @@ class OffsetReader:
                     continue
                 out.extend((name, p) for p in info.partitions)
             if not out:
-                _log.warning("kwire.spark: subscribePattern=%s matches no topic", o.subscribe_pattern)
+                _log.warning("subscribePattern=%s matches no topic", o.subscribe_pattern)
             return sorted(out)
         topics = list(o.subscribe) if o.subscribe else sorted({t for t, _ in o.assign})
         client.metadata.add_topics(topics)
@@ -400,17 +400,17 @@ class OffsetReader:
 
         resp = self.client.request(self.coordinator(group), "OffsetCommit", body)
         failed = []
-        retriable = None
+        retriable = []
         for t in resp["topics"]:
             name = t.get("name") or md.topic_name(t.get("topic_id"))
             for p in t["partitions"]:
                 code = p["error_code"]
                 if code:
                     if error_class(code).retriable or code in _COORDINATOR_ERRORS:
-                        retriable = for_code(code, f"OffsetCommit for group {group!r}")
+                        retriable.append(for_code(code, f"OffsetCommit for group {group!r}"))
                     failed.append(f"{name}-{p['partition_index']}: {for_code(code)}")
-        if retriable is not None and len(failed) == 1:
-            raise retriable
+        if failed and len(retriable) == len(failed):  # e.g. a loading coordinator: every partition says so
+            raise retriable[0]
         if failed:
             raise CommitFailedError(
                 f"committing to group {group!r} failed: {'; '.join(failed)}.  commitToGroup commits "
@@ -447,7 +447,7 @@ class OffsetReader:
                                    max_records_per_partition=o.max_records_per_partition,
                                    executors=executors, start_ids=start_ids, topic_ids=self.topic_ids(tps))
         for w in plan.warnings:
-            _log.warning("kwire.spark: %s", w)
+            _log.warning("%s", w)
         log_plan(plan, latest)
         return plan, latest
 
@@ -499,6 +499,6 @@ def log_plan(plan: planner.Plan, latest: Mapping[TP, int]) -> None:
         return
     behind = planner.lag(plan.end, latest)
     for tp in sorted(plan.end):
-        _log.info("kwire.spark: %s-%s reads [%d, %d), %d records; lag after it: %d",
+        _log.info("%s-%s reads [%d, %d), %d records; lag after it: %d",
                   tp[0], tp[1], plan.start[tp], plan.end[tp], plan.end[tp] - plan.start[tp],
                   behind.get(tp, 0))

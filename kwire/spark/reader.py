@@ -340,7 +340,7 @@ class _Fetcher:
             raise DataLossError(message + ". Some data may have been lost because it is not available "
                                 "in Kafka any more (retention, DeleteRecords, or the topic was "
                                 "recreated).  Set failOnDataLoss=false to skip it and go on.")
-        _log.warning("kwire.spark: %s; skipped (failOnDataLoss=false)", message)
+        _log.warning("%s; skipped (failOnDataLoss=false)", message)
 
     def out_of_range(self, pos: int, until: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at ``pos`` (``until``: stop)."""
@@ -454,7 +454,7 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
         if now_ms() >= deadline:
             raise KafkaTimeoutError(f"{fx.where}: cannot read offset {pos} within "
                                     f"kafkaConsumer.pollTimeoutMs={poll_timeout_ms}: {last_problem}")
-        _log.debug("kwire.spark: %s: %s; retrying", fx.where, last_problem)
+        _log.debug("%s: %s; retrying", fx.where, last_problem)
         time.sleep(backoff_ms / 1000)
         backoff_ms = min(backoff_ms * 2, 1000)
         client.metadata.request_update()

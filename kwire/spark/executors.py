@@ -1,0 +1,89 @@
+"""Check, once per Spark application, that the executors can run kwire.
+
+Without kwire on the executors every read task fails on unpickling its function, Spark retries
+it (``spark.task.maxFailures``, 4 on a cluster) and the job ends after a minute with a long
+stack trace.  :func:`check_executors` runs one tiny job first -- its function does not need
+kwire to be unpickled -- and raises :class:`~kwire.errors.ExecutorSetupError` at once, saying
+what the executors' Python reported and how to ship kwire (docs/SPARK.md, "Shipping kwire to
+executors").  :func:`~kwire.spark.read_kafka`, :func:`~kwire.spark.register`,
+:func:`~kwire.spark.kafka_rdd` and :func:`~kwire.spark.kafka_arrow_rdd` call it; the answer is
+remembered per application, so it costs one short job per application (in a cold job it starts
+the Python worker that the read then reuses).  ``spark.kwire.checkExecutors=false`` turns it off.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .. import __version__
+from ..errors import ExecutorSetupError
+
+__all__ = ["check_executors", "SHIPPING_RECIPE", "CHECK_CONF"]
+
+_log = logging.getLogger("kwire.spark")
+
+CHECK_CONF = "spark.kwire.checkExecutors"
+
+SHIPPING_RECIPE = (
+    "Ship kwire with the job: pack a Python environment that has kwire[spark] "
+    "(python -m venv env && env/bin/pip install 'kwire[spark]' venv-pack && env/bin/venv-pack -o env.tar.gz) "
+    "and submit with --archives env.tar.gz#environment --conf spark.pyspark.python=./environment/bin/python "
+    "(in client mode also unpack env.tar.gz into ./environment next to the driver, or set "
+    "spark.pyspark.driver.python); or install kwire into the executors' Python. "
+    "See docs/SPARK.md, 'Shipping kwire to executors'.")
+
+# The probe is compiled from source in a module of its own name, so cloudpickle sends it by
+# value: the executors unpickle it without kwire.
+_PROBE_SOURCE = '''
+def probe(_):
+    import importlib, sys
+    try:
+        kwire = importlib.import_module("kwire")
+        impl = importlib.import_module("kwire._impl").IMPLEMENTATION
+        importlib.import_module("kwire.spark.reader")
+        yield (sys.executable, sys.version.split()[0], getattr(kwire, "__version__", "?"), impl, None)
+    except Exception as e:  # report, never fail the probe task
+        yield (sys.executable, sys.version.split()[0], None, None, "%s: %s" % (type(e).__name__, e))
+'''
+
+_lock = threading.Lock()
+_checked: set[str] = set()
+
+
+def _probe():
+    namespace: dict[str, Any] = {"__name__": "kwire_executor_probe"}
+    exec(compile(_PROBE_SOURCE, "<kwire executor probe>", "exec"), namespace)
+    return namespace["probe"]
+
+
+def check_executors(sc) -> None:
+    """Raise :class:`~kwire.errors.ExecutorSetupError` unless the executors import this
+    kwire version (once per application; ``sc`` a SparkContext or SparkSession)."""
+    sc = getattr(sc, "sparkContext", sc)
+    if str(sc.getConf().get(CHECK_CONF, "true")).strip().lower() in ("false", "0", "no", "off"):
+        return
+    app = sc.applicationId
+    with _lock:
+        if app in _checked:
+            return
+        tasks = max(1, min(int(sc.defaultParallelism), 8))
+        try:
+            reports = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
+        except Exception as e:  # the executors' Python did not even start, or died
+            first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise ExecutorSetupError(f"Spark could not run a Python task on the executors to check for kwire "
+                                     f"({first[:300]}). {SHIPPING_RECIPE}") from e
+        bad = sorted({r for r in reports if r[4] is not None})
+        if bad:
+            where = "; ".join(f"{exe} (Python {ver}): {err}" for exe, ver, _, _, err in bad)
+            raise ExecutorSetupError(f"kwire cannot be imported on the executors: {where}. {SHIPPING_RECIPE}")
+        versions = sorted({(r[2], r[3]) for r in reports})
+        if any(v != __version__ for v, _ in versions):
+            raise ExecutorSetupError(
+                f"the executors have kwire {', '.join(v for v, _ in versions)}, the driver {__version__}: "
+                f"plans and offsets must be read by the same version. {SHIPPING_RECIPE}")
+        if any(impl != "cython" for _, impl in versions):
+            _log.warning("the executors run kwire's pure-Python codec (the compiled one did not load there): "
+                         "reading works, several times slower")
+        _checked.add(app)
