@@ -1063,3 +1063,22 @@ def test_headers_list_is_the_records_own(codec):
     assert with_h.headers is with_h.headers and with_h.headers == [("h", b"x")]
     assert codec.Record(1, 2, 0, None, b"v") == codec.Record(1, 2, 0, None, b"v", headers=[])
     assert codec.Record(1, 2, 0, None, b"v").headers == []
+
+
+def test_key_and_value_are_member_descriptors(compiled):
+    # record.key / record.value go through member descriptors, which the interpreter
+    # specialises in an application's loop (a __slots__ attribute's cost), not getset
+    # properties; still read-only, None for a null key or value
+    import types
+
+    for name in ("key", "value"):
+        assert isinstance(compiled.Record.__dict__[name], types.MemberDescriptorType)
+    data = compiled.build_batch([(b"k", b"v", [], 0), (None, None, [], 0)], 3)
+    a, b = compiled.iter_records(data)
+    assert (a.key, a.value, b.key, b.value) == (b"k", b"v", None, None)
+    with pytest.raises(AttributeError):
+        a.value = b"x"
+    with pytest.raises(AttributeError):
+        a.key = b"x"
+    r = compiled.Record(1, 2, 0, bytearray(b"k"), memoryview(b"v"))
+    assert (r.key, r.value) == (b"k", b"v") and type(r.key) is bytes and type(r.value) is bytes
