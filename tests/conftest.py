@@ -161,3 +161,7 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+# A Spark standalone cluster (master + 2 workers) for the session: tests/spark_cluster.py.
+from .spark_cluster import spark_cluster  # noqa: E402,F401
