@@ -485,6 +485,9 @@ def test_debug_protocol_logs_a_line_per_frame(peer, capsys):
     log = [line for line in err.splitlines() if "kwire.protocol" in line]
     assert any("send" in line and "ApiVersions" in line for line in log), err
     assert any("recv" in line and "Metadata" in line for line in log), err
+    # one bounded line per frame: ApiVersions' answer lists ~90 APIs, its body is cut short
+    versions = next(line for line in log if "recv" in line and "ApiVersions" in line)
+    assert len(versions) < 600 and "chars; --trace shows all)" in versions, versions
 
 
 # --- errors ----------------------------------------------------------------------------------------

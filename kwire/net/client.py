@@ -138,6 +138,18 @@ def _summarize(value: Any, limit: int = 64) -> Any:
     return value
 
 
+PROTOCOL_LOG_BODY_CHARS = 200
+
+
+def _one_line(body: Any, limit: int = PROTOCOL_LOG_BODY_CHARS) -> str:
+    """The start of a body's repr for ``debug=protocol``: one line per frame, whatever the
+    body's size (``--trace`` shows whole bodies)."""
+    text = repr(body)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... (+{len(text) - limit} chars; --trace shows all)"
+
+
 def _redact(body: Any) -> Any:
     if isinstance(body, dict) and _SECRET_KEYS.intersection(body):
         return {k: ("<redacted>" if k in _SECRET_KEYS else v) for k, v in body.items()}
@@ -1317,7 +1329,7 @@ class NetworkClient:
             protocol_log.debug("%s node=%s %s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
                                conn.address, f.api, f.version, f.correlation_id, event["size_bytes"],
                                f" rtt={event['rtt_ms']}ms" if direction == "recv" else "",
-                               _summarize(body))
+                               _one_line(_summarize(body)))
 
 
 def _decode_body(a, version: int, payload) -> dict:
