@@ -328,7 +328,8 @@ def test_groups_describe_and_offsets_of_a_live_consumer(peer, unique_topic, caps
         assert [(r["topic"], r["partition"], r["committed"], r["log_start"], r["end"], r["lag"])
                 for r in o["partitions"]] == [(unique_topic, p, committed[p], 0, 5, lags[p]) for p in (0, 1)]
         total = sum(lag for lag in lags.values() if lag is not None)
-        assert o["total_lag"] == total
+        assert o["total_lag"] == (None if all(n is None for n in committed.values()) else total)
+        assert o["partitions_without_commit"] == sum(1 for n in committed.values() if n is None)
 
         code, out, err = run(capsys, "offsets", "-b", b, "-g", group)  # only what the group committed
         assert code == 0, err
@@ -452,7 +453,18 @@ def test_offsets_on_the_mock_cluster(mock_cluster, unique_topic, create_topic, c
     o = json.loads(out)
     assert [(r["topic"], r["partition"], r["committed"], r["end"], r["lag"]) for r in o["partitions"]] == \
         [(unique_topic, p, 4, 4, 0) for p in range(n)]
-    assert o["state"] is None and o["total_lag"] == 0
+    assert o["state"] is None and o["total_lag"] == 0 and o["partitions_without_commit"] == 0
+    # a topic the group committed nothing for: no lag to add up, not "total lag 0"
+    other = unique_topic + "-other"
+    m = create_topic(mock_cluster, other)
+    code, out, err = run(capsys, "offsets", "-b", b, "-g", group, "-t", other, "--format", "json")
+    assert code == 0, err
+    o = json.loads(out)
+    assert o["total_lag"] is None and o["partitions_without_commit"] == m
+    assert all(r["committed"] is None and r["lag"] is None for r in o["partitions"])
+    code, out, err = run(capsys, "offsets", "-b", b, "-g", group, "-t", other)
+    assert code == 0, err
+    assert f"total lag - ({m} of {m} partitions have no committed offset)" in out.splitlines()[0], out
     code, out, err = run(capsys, "offsets", "-b", b, "-g", group + "-other")
     assert code == 1
     assert "has no committed offsets" in one_line_error(err, "offsets")

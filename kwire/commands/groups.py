@@ -430,12 +430,20 @@ def run_offsets(args) -> int:
                      "client_id": owner["client_id"] if owner else None,
                      "error": error_name(code) or b.get("error")})
     state = desc["group_state"] if desc is not None and not desc["error_code"] else None
+    # Lag needs a committed offset: partitions without one have no lag (as Kafka's
+    # kafka-consumer-groups shows "-"), and a group with none has no total either.
+    uncommitted = sum(1 for r in rows if r["committed"] is None)
+    total_lag = total if uncommitted < len(rows) else None
     out = Out()
     if args.format == "json":
-        out.json({"group": group, "coordinator": node, "state": state, "total_lag": total, "partitions": rows})
+        out.json({"group": group, "coordinator": node, "state": state, "total_lag": total_lag,
+                  "partitions_without_commit": uncommitted, "partitions": rows})
         return 0
+    lag_text = "-" if total_lag is None else str(total_lag)
+    if uncommitted and rows:
+        lag_text += f" ({uncommitted} of {len(rows)} partitions have no committed offset)"
     out.line(f"group {group}  coordinator {node} ({coordinator.address})  state {state or '-'}  "
-             f"total lag {total}")
+             f"total lag {lag_text}")
     if not rows:
         out.line("(no committed offsets: --topic TOPIC shows a topic's partitions all the same)")
         return 0
