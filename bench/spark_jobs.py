@@ -6,6 +6,7 @@ Contenders (:data:`CONTENDERS`):
 
 * ``kwire-df``          ``kwire.spark.read_kafka(spark, ...)``: kwire's default DataFrame path
                         (plans on the driver, reads through its Data Source)
+* (``kwire-df-mapinarrow``, not in the default list: ``read_kafka(..., reader="mapInArrow")``)
 * ``kwire-datasource``  ``spark.read.format("kwire")`` after ``kwire.spark.register(spark)``
 * ``kwire-arrow-rdd``   ``kwire.spark.kafka_arrow_rdd`` over ranges kwire's offset reader plans
 * ``spark-kafka``       Spark's own Kafka source, ``spark.read.format("kafka")`` with
@@ -230,10 +231,10 @@ def define(spark, contender: str, workload: str, bootstrap: str, topic: str, end
     ``ends`` ({"0": end, ...}) replaces ``endingOffsets=latest`` where the broker's ListOffsets
     answer is short of the log's end (Tansu 0.6 answers the last batch's base offset + 1)."""
     opts = _kafka_options(bootstrap, topic, ends)
-    if contender in ("kwire-df", "kwire-datasource", "spark-kafka"):
-        if contender == "kwire-df":
+    if contender in ("kwire-df", "kwire-df-mapinarrow", "kwire-datasource", "spark-kafka"):
+        if contender.startswith("kwire-df"):
             import kwire.spark as ks
-            df = ks.read_kafka(spark, **opts)
+            df = ks.read_kafka(spark, **opts, **({"reader": "mapInArrow"} if contender.endswith("mapinarrow") else {}))
         elif contender == "kwire-datasource":
             import kwire.spark as ks
             ks.register(spark)

@@ -146,11 +146,23 @@ def _versions() -> dict:
             "pandas": metadata.version("pandas")}
 
 
+def _kwire_source() -> dict:
+    """The commit kwire was measured at, and whether kwire/ had uncommitted changes (the
+    checkout is shared: a job imports kwire from it when it starts)."""
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"commit": git("rev-parse", "--short", "HEAD"), "kwire_dirty": bool(git("status", "--porcelain", "kwire"))}
+
+
 def _median(xs):
     return statistics.median(xs) if xs else None
 
 
 def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
+    source_before = _kwire_source()
     topic = f"bench-spark-source-{uuid.uuid4().hex[:8]}"
     t0 = time.time()
     produce(target.bootstrap, topic, n, PARTITIONS, VALUE_BYTES)
@@ -213,7 +225,8 @@ def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
         a = anchor.get(r["workload"])
         for k in ("cold_to_answer_s", "cold_first_action_s", "warm_best_s", "warm_median_s"):
             r[f"{k}_anchor_ratio"] = (round(a[k] / r[k], 3) if a and a.get(k) and r.get(k) else None)
-    return {"records": n, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "workloads": workloads,
+    return {"kwire_source": {"before": source_before, "after": _kwire_source()},
+            "records": n, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "workloads": workloads,
             "load_s": round(load_s, 2), "ends": ends, "ends_explicit": base["ends"] is not None,
             "cold_repeat": COLD_REPEAT, "warm_rounds": WARM_ROUNDS, "warm_warmup": warm_spec["warmup"], "warm_loadavg_1m_before": warm["loadavg_1m_before"],
             "warm_process_s": warm["process_s"], "rows": rows}

@@ -292,6 +292,12 @@ def spark_set_line(doc: dict, st: dict) -> str:
         s += "; explicit `endingOffsets` (Tansu's ListOffsets(latest) is short of the end)"
     if loads:
         s += f"; 1-minute load average before a job {min(loads):.1f}–{max(loads):.1f}"
+    src = st.get("kwire_source") or {}
+    b, a = src.get("before") or {}, src.get("after") or {}
+    if b.get("commit"):
+        s += f"; kwire at {b['commit']}" + (" with local changes" if b.get("kwire_dirty") else "")
+        if a and a != b:
+            s += f" (at {a.get('commit')} by the end: kwire changed during the run)"
     return s
 
 
