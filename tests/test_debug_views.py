@@ -894,3 +894,30 @@ def test_filters_go_with_captures_not_hex(capsys):
     for argv in (["--errors"], ["--group", "g"], ["--stats"], ["--topic", "t"]):
         code, _, err = run_cli(capsys, "--hex", frame.hex(), *argv)
         assert code == 2 and "go with a capture file" in err, argv
+
+
+def test_stats_names_topics_of_commits_that_name_them_by_id(kafka, scenario, tmp_path, capsys):
+    """OffsetCommit v10 (Kafka 4) names topics by id; --stats names them from the capture's
+    Metadata answers, as the records table does (it printed "None-0")."""
+    from kwire import Consumer, TopicPartition
+
+    group = f"by-id-{scenario.topic}"
+    with capturing(kafka.port, tmp_path) as pcap:
+        with Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False}) as c:
+            c.assign([TopicPartition(scenario.topic, 0)])
+            got = []
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                got = c.consume(100, timeout=1.0)
+            assert got
+            c.commit(asynchronous=False)
+    items = decode_capture(str(pcap), ports=[kafka.port]).items
+    commits = [i for i in items if i.kind == "request" and i.api == "OffsetCommit"]
+    assert commits and all(i.version >= 10 for i in commits), [i.version for i in commits]
+    assert all(t.get("name") is None and t.get("topic_id") for i in commits for t in i.body["topics"])
+    code, out, _ = run_cli(capsys, str(pcap), "--port", str(kafka.port), "--no-auto", "--stats", "--format", "json",
+                           "--group", group)
+    assert code == 0
+    events = [e for e in json.loads(out)["groups"][group]["timeline"] if e["event"] == "commit"]
+    assert events and all(list(e["offsets"]) == [f"{scenario.topic}-0"] for e in events), events

@@ -76,7 +76,7 @@ def _assignment(raw) -> list[str]:
     return [f"{t['topic']}-{p}" for t in value.get("assigned_partitions") or () for p in t.get("partitions") or ()]
 
 
-def _timeline_event(item) -> tuple[str, str, dict] | None:
+def _timeline_event(item, topic_names: dict) -> tuple[str, str, dict] | None:
     """(member, what happened, details) of one group frame, or None for those not shown."""
     body = _body(item) or {}
     req = item if item.kind == "request" else getattr(item, "request", None)
@@ -112,7 +112,8 @@ def _timeline_event(item) -> tuple[str, str, dict] | None:
         return member, "rebalance" if "REBALANCE_IN_PROGRESS" in err else "heartbeat failed", {"errors": err}
     if key == _OFFSET_COMMIT:
         if item.kind == "request":
-            offsets = {f"{t.get('name')}-{p.get('partition_index')}": p.get("committed_offset")
+            # OffsetCommit v10+ names topics by id: the capture's Metadata answers name them
+            offsets = {f"{_topic_name(t, topic_names)}-{p.get('partition_index')}": p.get("committed_offset")
                        for t in body.get("topics") or () for p in t.get("partitions") or ()}
             return member, "commit", {"generation_id": body.get("generation_id_or_member_epoch",
                                                                  body.get("generation_id")), "offsets": offsets}
@@ -121,6 +122,15 @@ def _timeline_event(item) -> tuple[str, str, dict] | None:
         members = [m.get("member_id") for m in body.get("members") or ()] or [member]
         return ", ".join(m for m in members if m), "leave", {}
     return None
+
+
+def _topic_name(t: dict, topic_names: dict) -> str:
+    """A topic entry's name: its own, or the name its topic id has in the capture."""
+    name = t.get("name") or t.get("topic")
+    if name:
+        return name
+    tid = t.get("topic_id")
+    return topic_names.get(tid) or (f"topic id {tid}" if tid is not None else "?")
 
 
 def capture_stats(items, topic_names: dict | None = None) -> dict:
@@ -158,7 +168,7 @@ def capture_stats(items, topic_names: dict | None = None) -> dict:
         if i.api_key in _GROUP_APIS and i.kind in ("request", "response", "undecoded"):
             req = i if i.kind == "request" else getattr(i, "request", None)
             names = groups_in(_body(req), i.api_key) if req is not None else set()
-            ev = _timeline_event(i) if names else None
+            ev = _timeline_event(i, topic_names) if names else None
             if ev is None:
                 continue
             member, what, detail = ev
