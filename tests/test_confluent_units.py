@@ -554,12 +554,15 @@ def test_admin_client_without_brokers_fails_fast():
     ("AuthenticationError", "_AUTHENTICATION"), ("SslAuthenticationError", "_SSL"),
     ("ConfigError", "_INVALID_ARG"), ("NoOffsetForPartitionError", "_AUTO_OFFSET_RESET"),
     ("LogTruncationError", "_LOG_TRUNCATION"), ("CorruptRecordError", "_BAD_MSG"),
-    ("MaxPollIntervalExceededError", "_MAX_POLL_EXCEEDED"), ("NotAssignedError", "_UNKNOWN_PARTITION")])
+    ("MaxPollIntervalExceededError", "_MAX_POLL_EXCEEDED"), ("NotAssignedError", "_UNKNOWN_PARTITION"),
+    ("RebalanceInProgressError", "REBALANCE_IN_PROGRESS"), ("ConcurrentUseError", "_STATE"),
+    ("ConsumerClosedError", "_DESTROY"), ("DecompressionLimitError", "_BAD_MSG"), ("DataLossError", "_FAIL")])
 def test_kwire_errors_become_librdkafka_codes(exc, code):
     from kwire import errors
     from kwire.confluent._types import to_kafka_error
     err = to_kafka_error(getattr(errors, exc)("why"))
     assert err.code() == getattr(KafkaError, code) and "why" in err.str()
+    assert err.retriable() == (code in ("_TIMED_OUT", "_TRANSPORT", "REBALANCE_IN_PROGRESS"))
 
 
 def test_broker_errors_keep_code_and_retriable():

@@ -129,6 +129,12 @@ del _code, _name
 _LOCAL = tuple((cls, code) for cls, code in (
     (getattr(_kerr, "MaxPollIntervalExceededError", None), KafkaError._MAX_POLL_EXCEEDED),
     (getattr(_kerr, "NotAssignedError", None), KafkaError._UNKNOWN_PARTITION),
+    # a commit refused while the group rebalances: librdkafka reports the broker's code
+    (_kerr.RebalanceInProgressError, KafkaError.REBALANCE_IN_PROGRESS),
+    (_kerr.ConcurrentUseError, KafkaError._STATE),
+    (_kerr.ConsumerClosedError, KafkaError._DESTROY),
+    (_kerr.DecompressionLimitError, KafkaError._BAD_MSG),
+    (_kerr.DataLossError, KafkaError._FAIL),
     (_kerr.SslAuthenticationError, KafkaError._SSL),
     (_kerr.AuthenticationError, KafkaError._AUTHENTICATION),
     (_kerr.KafkaTimeoutError, KafkaError._TIMED_OUT),
@@ -159,7 +165,8 @@ def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaEr
     for cls, code in _LOCAL:
         if isinstance(exc, cls):
             return KafkaError(code, str(exc) or None, fatal=fatal,
-                              retriable=code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT))
+                              retriable=code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+                                                 KafkaError.REBALANCE_IN_PROGRESS))
     return KafkaError(KafkaError._FAIL, f"{type(exc).__name__}: {exc}", fatal=fatal)
 
 
