@@ -751,10 +751,31 @@ def test_trace_shows_the_bodies_the_capture_shows(kafka, tmp_path):
 # --- robustness ----------------------------------------------------------------------------------
 
 def test_paths_that_are_not_capture_files(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not a capture")
     code, out, err = run_cli(capsys, str(tmp_path))
-    assert code == 2 and not out and err.count("\n") == 1 and "is a directory" in err
+    assert code == 2 and not out and err.count("\n") == 1 and "a directory without capture files" in err
     code, _, err = run_cli(capsys, str(tmp_path / "none.pcap"))
     assert code == 2 and "no such file" in err
+
+
+def test_a_directory_decodes_each_capture_file_in_it(scenario, tmp_path, capsys):
+    import shutil as _shutil
+
+    _shutil.copy(scenario.pcap, tmp_path / "b.pcap")
+    _shutil.copy(scenario.pcap, tmp_path / "a.pcapng" if str(scenario.pcap).endswith(".pcapng") else tmp_path / "a.pcap")
+    (tmp_path / "notes.txt").write_text("skipped: not a capture")
+    code, one, _ = run_cli(capsys, str(scenario.pcap), "--port", str(scenario.port), "--format", "json")
+    single = [json.loads(line) for line in one.splitlines()]
+    code2, both, _ = run_cli(capsys, str(tmp_path), "--port", str(scenario.port), "--format", "json")
+    assert code2 == code
+    events = [json.loads(line) for line in both.splitlines()]
+    assert all("file" in e for e in events), [e for e in events if "file" not in e][:2]
+    files = sorted({e["file"] for e in events})
+    assert [os.path.basename(f) for f in files] in (["a.pcap", "b.pcap"], ["a.pcapng", "b.pcap"])
+    for f in files:  # each file decoded on its own, exactly as alone
+        assert [{k: v for k, v in e.items() if k != "file"} for e in events if e["file"] == f] == single
+    code3, text, _ = run_cli(capsys, str(tmp_path), "--port", str(scenario.port), "--summary")
+    assert [line for line in text.splitlines() if line.startswith("== ")] == [f"== {f} ==" for f in files]
 
 
 def test_stdin_is_decoded_as_it_streams(scenario, decoded):

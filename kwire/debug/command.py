@@ -255,10 +255,17 @@ def _filters(args):
                    topics=args.topic or [], errors=args.errors)
 
 
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".pcap.gz", ".pcapng.gz")
+
+
+def _captures_in(directory: str) -> list[str]:
+    """The capture files of a directory (not its subdirectories), by name."""
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory)
+                  if n.lower().endswith(CAPTURE_SUFFIXES) and os.path.isfile(os.path.join(directory, n)))
+
+
 def _open_capture(path: str):
     """The capture's path, or a usage message when it cannot be read."""
-    if os.path.isdir(path):
-        return None, f"{path}: is a directory; give one capture file (for several: for f in {path}/*.pcap*; do kwire decode \"$f\"; done)"
     if not os.path.exists(path):
         return None, f"{path}: no such file"
     if not os.access(path, os.R_OK):
@@ -267,6 +274,27 @@ def _open_capture(path: str):
 
 
 def _run_capture(args, renderer: Renderer) -> int:
+    """One capture file; or a directory: each capture file in it (by name), one after the
+    other, each decoded on its own (connections do not carry over between files).  Text output
+    heads each file's part with ``== FILE ==``; JSON events and stats carry ``"file"``."""
+    if not os.path.isdir(args.capture):
+        return _run_capture_file(args, renderer, None)
+    try:
+        files = _captures_in(args.capture)
+    except OSError as exc:
+        return _usage(f"{args.capture}: {exc.strerror or exc}")
+    if not files:
+        return _usage(f"{args.capture}: a directory without capture files ({', '.join(CAPTURE_SUFFIXES)})")
+    worst = EXIT_OK
+    for path in files:
+        if args.format == "text":
+            renderer.stream.write(f"== {path} ==\n")
+        code = _run_capture_file(argparse.Namespace(**{**vars(args), "capture": path}), renderer, path)
+        worst = max(worst, code)
+    return worst
+
+
+def _run_capture_file(args, renderer: Renderer, label: str | None) -> int:
     from .capture import CaptureError, decode_capture
     from .select import topic_names_from
 
@@ -294,12 +322,16 @@ def _run_capture(args, renderer: Renderer) -> int:
 
         stats = capture_stats(items, topic_names)
         if args.format == "json":
-            renderer.stream.write(json.dumps(stats, ensure_ascii=False) + "\n")
+            renderer.stream.write(json.dumps(stats if label is None else {"file": label, **stats},
+                                             ensure_ascii=False) + "\n")
         else:
             renderer.stream.write("\n".join(stats_lines(stats)) + "\n")
     else:
         for item in items:
-            renderer.write(item.to_event())
+            event = item.to_event()
+            if label is not None:
+                event["file"] = label
+            renderer.write(event)
     s = result.stats
     problems = result.problems + renderer.problems
     summary = (f"{s['requests']} requests, {s['responses']} responses on {s['kafka_connections']} "

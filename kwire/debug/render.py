@@ -441,6 +441,8 @@ def to_json_event(event: dict, records: str = "summary", body: Any = None, *, su
                 out["partial"] = dict(_partial_json(partial), body=jsonable(pbody))
             if event.get("data") is not None:
                 out["hex"] = bytes(event["data"]).hex()
+    if event.get("file") is not None:  # `kwire decode DIR`: which capture file it came from
+        out["file"] = event["file"]
     return out
 
 
