@@ -33,7 +33,8 @@
 #
 #   attributes: bits 0-2 codec, bit 3 timestamp type (magic 1).  A compressed message is a
 #   wrapper whose value is a compressed message set of inner messages; in magic 1 the inner
-#   offsets are relative: absolute = wrapper offset - last inner offset + inner offset.
+#   offsets are relative: absolute = wrapper offset - last inner offset + inner offset (unless
+#   that is negative: a producer's wrapper at offset 0 keeps the inner offsets as they are).
 #
 # A truncated entry at the end of the buffer is normal (Fetch responses are cut at max
 # bytes) and is skipped.  Anything wrong inside a complete entry raises CorruptRecordError
@@ -1394,7 +1395,7 @@ cdef class _RecDecoder:
         cdef Cursor c
         cdef Py_ssize_t start
         cdef int32_t size
-        cdef int64_t offset, timestamp, last_rel
+        cdef int64_t offset, timestamp, last_rel, base
         cdef int attributes
         cdef list records = []
         cdef Record r
@@ -1431,10 +1432,15 @@ cdef class _RecDecoder:
         if not records:
             raise CorruptRecordError("compressed message holds no inner messages", position=0)
         if magic == 1:
-            # inner offsets are relative (0..n-1); the wrapper carries the last absolute one
+            # inner offsets are relative (0..n-1); the wrapper carries the last absolute one.
+            # A wrapper offset below the last relative one (a producer's message set, before the
+            # broker assigned offsets: wrapper 0) leaves the inner offsets as they are, as
+            # Kafka's Java client does -- never negative offsets.
             last_rel = (<Record>records[len(records) - 1]).offset
-            for r in records:
-                r.offset = _rec_add64(_rec_add64(wrapper_offset, -last_rel), r.offset)
+            base = _rec_add64(wrapper_offset, -last_rel)
+            if base >= 0:
+                for r in records:
+                    r.offset = _rec_add64(base, r.offset)
         return records
 
 

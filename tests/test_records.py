@@ -429,6 +429,24 @@ def test_legacy_v1_relative_offsets(codec):
     assert (b.base_offset, b.last_offset, b.max_timestamp, b.first_timestamp) == (1000, 1002, 102, 100)
 
 
+@pytest.mark.parametrize("compression", ["gzip", "snappy", "lz4"])
+def test_legacy_v1_wrapper_below_its_last_relative_offset_keeps_inner_offsets(codec, compression):
+    """A producer's magic-1 message set (kafka-python's builder, as in a Produce request): the
+    wrapper's offset is 0, below the last relative inner offset.  Kafka's Java client then keeps
+    the inner offsets as they are; kwire gave -2, -1, 0."""
+    b = LegacyRecordBatchBuilder(magic=1, compression_type=KP_CODEC[compression], batch_size=1 << 20)
+    for i in range(3):
+        b.append(i, timestamp=1000 + i, key=b"k%d" % i, value=b"v%d" % i)
+    data = bytes(b.build())
+    assert struct.unpack(">q", data[:8]) == (0,)
+    got = [(r.offset, r.timestamp, r.key, r.value) for r in codec.iter_records(data)]
+    assert got == [(i, 1000 + i, b"k%d" % i, b"v%d" % i) for i in range(3)]
+    assert all(r.offset >= 0 for batch in codec.iter_batches(data) for r in batch.records)
+    check_columns(codec, data)
+    # the same set once a broker assigned offsets (wrapper = last absolute offset) is absolute
+    assert [r.offset for r in codec.iter_records(set_base_offset(data, 502))] == [500, 501, 502]
+
+
 def test_legacy_v1_log_append_time(codec):
     inner = b"".join(legacy_message(i, 1, None, b"v%d" % i, timestamp=100 + i) for i in range(3))
     data = _wrapper(7, 1, inner, 1, gzip.compress(inner), timestamp=999, ts_type=1)

@@ -785,9 +785,13 @@ class _Decoder:
         if not records:
             raise CorruptRecordError("compressed message holds no inner messages", position=0)
         if magic == 1:
+            # relative inner offsets; a wrapper offset below the last one (a producer's message
+            # set) leaves them as they are, as Kafka's Java client does
             last_rel = records[-1].offset
-            for r in records:
-                r.offset = _wrap64(_wrap64(wrapper_offset - last_rel) + r.offset)
+            base = _wrap64(wrapper_offset - last_rel)
+            if base >= 0:
+                for r in records:
+                    r.offset = _wrap64(base + r.offset)
         return records
 
 
