@@ -843,7 +843,8 @@ class Consumer:
             if cb is not None:
                 cb(err)
             else:
-                log.warning("consumer error: %s", err)
+                where = ", ".join(f"{t} [{p}]" for t, p in item.partitions or ())
+                log.warning("consumer error%s: %s", f" on {where}" if where else "", err)
             return
         if isinstance(item, BaseException):
             raise item

@@ -431,6 +431,9 @@ class Fetcher:
             if st is not None and st.fence == chunk.fence and st.position is not None \
                     and st.position.offset == chunk.next_offset:
                 self.subs.seek(chunk.tp, chunk.fetch_offset)  # fetch it again from there
+            if getattr(exc, "partitions", None) is None:  # error_cb and the log name the partition
+                exc.partitions = [chunk.tp]
+                exc.offset = chunk.fetch_offset
             self._actions.append(ErrorAction(exc, partitions=[chunk.tp]))
             self._decode_failed.add(chunk.tp)
             return None
