@@ -198,7 +198,7 @@ class SparkCluster:
                                         f"{self.daemons[0].log_tail()}")
             time.sleep(0.1)
 
-    def wait_idle(self, timeout_s: float = 60.0) -> None:
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
         """Until no application holds the workers' cores (one that ended or whose driver died
         gives them back once the master noticed)."""
         def idle():

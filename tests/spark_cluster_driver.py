@@ -170,8 +170,8 @@ def stream(spark, bootstrap: str, topic: str, group: str, checkpoint: str, sink:
 
     ``pause`` at micro-batch ``pause_at`` or later: ``"after-write"`` (the file is there, Spark's
     commit log not yet) or ``"before-write"``, after touching ``markers/<pause>-<id>``; the test
-    kills the driver there.  ``trigger``: "continuous" (every 200 ms until killed) or
-    "availableNow" (up to the latest offsets, then return)."""
+    kills the driver there.  ``trigger``: "continuous" (a micro-batch every second until killed)
+    or "availableNow" (up to the latest offsets, then return)."""
     import kwire.spark as ks
 
     ks.register(spark)
@@ -196,7 +196,7 @@ def stream(spark, bootstrap: str, topic: str, group: str, checkpoint: str, sink:
 
     writer = source.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
     writer = writer.trigger(availableNow=True) if trigger == "availableNow" else \
-        writer.trigger(processingTime="200 milliseconds")
+        writer.trigger(processingTime="1 second")
     q = writer.start()
     q.awaitTermination()
     return {"exception": None if q.exception() is None else str(q.exception())}

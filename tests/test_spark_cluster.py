@@ -58,7 +58,7 @@ class Driver:
                                          preexec_fn=_detach_and_die_with_parent)
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
-        self.pid = self.expect("ready", 180)
+        self.pid = self.expect("ready", 300)
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
@@ -81,7 +81,7 @@ class Driver:
             raise self._trouble(f"{msg.get('error')}\n{msg.get('traceback', '')}")
         return msg[key]
 
-    def call(self, job: str, timeout_s: float = 180, **kwargs):
+    def call(self, job: str, timeout_s: float = 300, **kwargs):
         self.proc.stdin.write(json.dumps({"job": job, "kwargs": kwargs}) + "\n")
         self.proc.stdin.flush()
         return self.expect("result", timeout_s)
@@ -107,7 +107,7 @@ class Driver:
             raise self._trouble(f"did not stop within {timeout_s} s") from None
 
 
-def run_job(job: str, conf: dict, log: Path, executors: int, cluster=None, timeout_s: float = 240, **kwargs):
+def run_job(job: str, conf: dict, log: Path, executors: int, cluster=None, timeout_s: float = 300, **kwargs):
     """One job in a driver process of its own; its result."""
     d = Driver([job, json.dumps(kwargs)], conf, log, executors, cluster)
     try:
@@ -186,6 +186,7 @@ def wait_for(predicate, timeout_s: float, what: str, driver: Driver | None = Non
 def app(spark_cluster, tmp_path_factory):
     """A driver process on the cluster serving the jobs of a test class; stopped after it (an
     application holds both workers' cores)."""
+    spark_cluster.wait_idle()  # an application of an earlier test is gone
     d = Driver(["serve"], spark_cluster.driver_conf(), tmp_path_factory.mktemp("driver") / "driver.log",
                executors=2, cluster=spark_cluster)
     yield d
@@ -262,6 +263,8 @@ def test_driver_killed_mid_job_commits_nothing_and_the_next_job_reads_the_rest(r
     next job reads exactly the records after them."""
     cluster = request.getfixturevalue("spark_cluster") if master == "cluster" else None
     conf, executors = (cluster.driver_conf(), 2) if cluster else (LOCAL_CONF, 0)
+    if cluster:
+        cluster.wait_idle()
     create(kafka, unique_topic, 2)
     records = fill(kafka, unique_topic, 2, 20)
     group = unique_topic + "-g"
@@ -272,7 +275,7 @@ def test_driver_killed_mid_job_commits_nothing_and_the_next_job_reads_the_rest(r
 
     driver = Driver(["slow_group_read", json.dumps({**kw, "marker_dir": str(markers), "sleep_s": 600})],
                     conf, tmp_path / "killed.log", executors, cluster)
-    wait_for(lambda: any(markers.iterdir()), 180, "a task to start", driver)
+    wait_for(lambda: any(markers.iterdir()), 300, "a task to start", driver)
     driver.kill()
     if cluster:
         cluster.wait_idle()  # the master saw the driver go and took its executors away
@@ -334,6 +337,7 @@ def test_streaming_driver_killed_twice_sink_holds_every_record_once(kafka, spark
     file -- and restarted from the checkpoint each time; then run to the end
     (Trigger.AvailableNow).  The sink holds every produced record exactly once, and the group's
     offsets (commitToGroup) never pass a record the sink does not hold."""
+    spark_cluster.wait_idle()
     create(kafka, unique_topic, 2)
     group = unique_topic + "-g"
     sink, markers, checkpoint = tmp_path / "sink", tmp_path / "markers", tmp_path / "checkpoint"
@@ -352,7 +356,7 @@ def test_streaming_driver_killed_twice_sink_holds_every_record_once(kafka, spark
             driver = Driver(["stream", json.dumps({**kw, "trigger": "continuous", "pause_at": pause_at,
                                                    "pause": pause})],
                             conf, tmp_path / f"run-{run}.log", 2, spark_cluster)
-            marker = wait_for(lambda: [m for m in markers.iterdir() if m.name.startswith(pause)], 180,
+            marker = wait_for(lambda: [m for m in markers.iterdir() if m.name.startswith(pause)], 300,
                               f"micro-batch {pause_at} to pause {pause}", driver)
             driver.kill()
             spark_cluster.wait_idle()
