@@ -26,11 +26,13 @@ _log = logging.getLogger("kwire.spark")
 CHECK_CONF = "spark.kwire.checkExecutors"
 
 SHIPPING_RECIPE = (
-    "Ship kwire with the job: pack a Python environment that has kwire[spark] "
-    "(python -m venv env && env/bin/pip install 'kwire[spark]' venv-pack && env/bin/venv-pack -o env.tar.gz) "
+    "Ship kwire with the job: pack a Python environment that has kwire "
+    "(python -m venv env && env/bin/pip install 'kwire[arrow]' 'pandas>=2.2,<3' venv-pack "
+    "&& env/bin/venv-pack -p env -o env.tar.gz) "
     "and submit with --archives env.tar.gz#environment --conf spark.pyspark.python=./environment/bin/python "
-    "(in client mode also unpack env.tar.gz into ./environment next to the driver, or set "
-    "spark.pyspark.driver.python); or install kwire into the executors' Python. "
+    "(for format(\"kwire\") and streams in client mode also unpack env.tar.gz into ./environment in the "
+    "driver's working directory: Spark starts the Data Source's planning Python there with that relative path); "
+    "or install kwire into the executors' Python. "
     "See docs/SPARK.md, 'Shipping kwire to executors'.")
 
 # The probe is compiled from source in a module of its own name, so cloudpickle sends it by
