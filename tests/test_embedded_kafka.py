@@ -78,3 +78,10 @@ def test_a_restarted_node_keeps_its_data(request):
         assert cluster.startup_s[1] > 0
     finally:
         stop_kafka(request, cluster)
+
+
+def test_tools_jars_of_a_version_maven_central_does_not_serve_are_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KWIRE_KAFKA_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(EmbeddedBrokerError, match=r"downloading Apache Kafka 0\.0\.1's tools from Maven Central failed"):
+        ek.kafka_tools_jars("0.0.1")
+    assert not (tmp_path / "cache" / "0.0.1" / "tools" / ".complete").exists()

@@ -10,6 +10,9 @@ itself (Kafka logs through slf4j-api 1.7, hence ``log4j-slf4j-impl``), copied wi
 dependency plugin into ``$KWIRE_KAFKA_CACHE`` (default ``~/.cache/kwire/kafka``)/<version>/lib
 once; a stamp file marks a complete copy.  A failed download raises
 :class:`EmbeddedBrokerError` naming the Maven command and its output -- never a skip.
+:func:`kafka_tools_jars` copies ``org.apache.kafka:kafka-tools:<version>`` (the command-line
+tools and Java's clients; main classes in :data:`TOOLS`) the same way into <version>/tools, for
+running ``java -cp "<dir>/*" <class>``; :func:`maven_copy` is the one place that runs Maven.
 
 Each node gets free loopback ports, its own ``log.dirs`` and log directory, is formatted with
 ``kafka.tools.StorageTool`` and started with ``kafka.Kafka``.  Ready means: every node answers
@@ -91,28 +94,65 @@ def cache_root() -> Path:
 
 def kafka_jars(version: str = KAFKA_VERSION) -> Path:
     """The directory holding every jar of Apache Kafka ``version``'s broker; downloaded once."""
-    lib = cache_root() / version / "lib"
-    stamp = lib / ".complete"
-    if stamp.exists():
+    return maven_copy(cache_root() / version / "lib", _POM.format(kafka=version, log4j=LOG4J_VERSION),
+                      f"kafka_2.13-{version}.jar", what=f"Apache Kafka {version}",
+                      stamp=f"kafka_2.13 {version}, log4j {LOG4J_VERSION}")
+
+
+# The command-line tools' main classes, all in org.apache.kafka:kafka-tools in 4.x (kafka_2.13
+# has none of them; 3.9's ConsoleProducer was still kafka.tools.ConsoleProducer there):
+# java -cp "<kafka_tools_jars()>/*" <class> ...
+TOOLS = {
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+}
+
+_TOOLS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>kwire</groupId><artifactId>kafka-tools-jars</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>{kafka}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def kafka_tools_jars(version: str = KAFKA_VERSION) -> Path:
+    """The directory holding ``org.apache.kafka:kafka-tools:<version>`` and its runtime
+    dependencies (Java's AdminClient, producer and consumer; the main classes are in
+    :data:`TOOLS`), beside the broker's jars in the cache; downloaded once."""
+    return maven_copy(cache_root() / version / "tools", _TOOLS_POM.format(kafka=version),
+                      f"kafka-tools-{version}.jar", what=f"Apache Kafka {version}'s tools",
+                      stamp=f"kafka-tools {version}")
+
+
+def maven_copy(lib: Path, pom: str, marker_jar: str, *, what: str, stamp: str) -> Path:
+    """``lib`` once it holds the runtime dependencies of ``pom`` (copied from Maven Central by
+    the dependency plugin into a temporary directory, then moved into place with a stamp file);
+    ``marker_jar`` must be among them.  Every Maven download of kwire.embedded goes through here."""
+    if (lib / ".complete").exists():
         return lib
     mvn = shutil.which("mvn")
     if mvn is None:
         raise EmbeddedBrokerError(
-            "Apache Kafka's jars come from Maven Central through Maven, and `mvn` is not on PATH "
+            f"{what}'s jars come from Maven Central through Maven, and `mvn` is not on PATH "
             "(Debian: apt-get install maven; `bash tools/system-deps.sh kafka` does it)")
-    work = Path(tempfile.mkdtemp(prefix=f"kwire-kafka-{version}-", dir=cache_root().parent
+    work = Path(tempfile.mkdtemp(prefix=f"kwire-{lib.parent.name}-{lib.name}-", dir=cache_root().parent
                                  if cache_root().parent.exists() else None))
     try:
-        (work / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+        (work / "pom.xml").write_text(pom)
         out = work / "lib"
         cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
                "-DincludeScope=runtime", f"-DoutputDirectory={out}"]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if run.returncode != 0 or not any(out.glob(f"kafka_2.13-{version}.jar")):
+        if run.returncode != 0 or not (out / marker_jar).exists():
             raise EmbeddedBrokerError(
-                f"downloading Apache Kafka {version} from Maven Central failed (exit {run.returncode}): "
+                f"downloading {what} from Maven Central failed (exit {run.returncode}): "
                 f"{' '.join(cmd)}\n{(run.stdout + run.stderr)[-3000:]}")
-        (out / ".complete").write_text(f"kafka_2.13 {version}, log4j {LOG4J_VERSION}\n")
+        (out / ".complete").write_text(stamp + "\n")
         lib.parent.mkdir(parents=True, exist_ok=True)
         if lib.exists():  # a partial copy from an interrupted run
             shutil.rmtree(lib)
@@ -470,3 +510,6 @@ if __name__ == "__main__":  # python -m kwire.embedded.kafka [VERSION ...]: fetc
     for v in sys.argv[1:] or [KAFKA_VERSION, KAFKA_3_VERSION]:
         t0 = time.monotonic()
         print(f"Apache Kafka {v}: {kafka_jars(v)} ({time.monotonic() - t0:.1f} s)")
+    for v in sys.argv[1:] or [KAFKA_VERSION]:  # Java's clients, for tests/test_java_captures.py
+        t0 = time.monotonic()
+        print(f"Apache Kafka {v} tools: {kafka_tools_jars(v)} ({time.monotonic() - t0:.1f} s)")
