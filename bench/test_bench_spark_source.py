@@ -161,7 +161,7 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
-def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
+def run_size(target: _Target, n: int, workloads: list[str], log, checkpoint=lambda st: None) -> dict:
     source_before = _kwire_source()
     topic = f"bench-spark-source-{uuid.uuid4().hex[:8]}"
     t0 = time.time()
@@ -175,6 +175,40 @@ def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
     jobs = [(c, w) for w in workloads for c in JOB_CONTENDERS]
     cold_jobs = [j for j in SMOKE_COLD if j in jobs] if SMOKE else jobs
     cold: dict[str, list[dict]] = {f"{c}/{w}": [] for c, w in cold_jobs}
+    warm_spec = {**base, "contenders": JOB_CONTENDERS, "workloads": workloads, "rounds": WARM_ROUNDS,
+                 "warmup": 0 if SMOKE else 1}
+
+    def summary(warm: dict, partial: bool = False) -> dict:
+        rows = []
+        for c, w in jobs:
+            key = f"{c}/{w}"
+            ok_cold = [r for r in cold.get(key, []) if r.get("ok")]
+            secs = warm.get("seconds", {}).get(key) or []
+            rows.append({
+                "contender": c, "workload": w,
+                "cold_to_answer_s": _median([r["to_answer_s"] for r in ok_cold]),
+                "cold_session_s": _median([r["jvm_and_session_s"] for r in ok_cold]),
+                "cold_define_s": _median([r["define_s"] for r in ok_cold]),
+                "cold_first_action_s": _median([r["first_action_s"] for r in ok_cold]),
+                "cold_process_s": _median([r["process_s"] for r in ok_cold]),
+                "cold_runs": cold.get(key, []),
+                "warm_best_s": min(secs) if secs else None,
+                "warm_median_s": _median(secs),
+                "warm_runs_s": secs,
+                "warm_error": (warm.get("errors") or {}).get(key) or (None if warm.get("ok") or secs else warm.get("error")),
+            })
+        anchor = {r["workload"]: r for r in rows if r["contender"] == ANCHOR}
+        for r in rows:
+            a = anchor.get(r["workload"])
+            for k in ("cold_to_answer_s", "cold_first_action_s", "warm_best_s", "warm_median_s"):
+                r[f"{k}_anchor_ratio"] = (round(a[k] / r[k], 3) if a and a.get(k) and r.get(k) else None)
+        return {"kwire_source": {"before": source_before, "after": _kwire_source()},
+                "records": n, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "workloads": workloads,
+                "load_s": round(load_s, 2), "ends": ends, "ends_explicit": base["ends"] is not None,
+                "cold_repeat": COLD_REPEAT, "warm_rounds": WARM_ROUNDS, "warm_warmup": warm_spec["warmup"],
+                "warm_loadavg_1m_before": warm["loadavg_1m_before"], "warm_process_s": warm["process_s"],
+                "partial": partial, "rows": rows}
+
     for rep in range(COLD_REPEAT):
         for c, w in cold_jobs:
             load_before = os.getloadavg()[0]
@@ -186,12 +220,12 @@ def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
             if not res.get("ok"):
                 res.setdefault("stderr_tail", err[-1500:])
             cold[f"{c}/{w}"].append(res)
+            checkpoint(summary({"ok": False, "error": "not run yet (partial results)", "loadavg_1m_before": None,
+                                "process_s": None}, partial=True))
             log(f"  {target.name} {n:,} cold #{rep + 1} {c}/{w}: "
                 + (f"answer at {res['to_answer_s']:.2f} s (session {res['jvm_and_session_s']:.2f}, "
                    f"define {res['define_s']:.2f}, first action {res['first_action_s']:.2f}), exit {wall:.2f} s"
                    if res.get("ok") else f"FAILED {res.get('error')}"))
-    warm_spec = {**base, "contenders": JOB_CONTENDERS, "workloads": workloads, "rounds": WARM_ROUNDS,
-                 "warmup": 0 if SMOKE else 1}
     load_before = os.getloadavg()[0]
     warm, wall, err = _child("warm", warm_spec, timeout * 3)
     warm["process_s"] = round(wall, 3)
@@ -202,34 +236,7 @@ def run_size(target: _Target, n: int, workloads: list[str], log) -> dict:
         f"{k} {min(v):.2f}" for k, v in warm.get("seconds", {}).items() if v) + (
         f"  ERRORS {warm.get('errors') or warm.get('error')}" if not warm.get("ok") else ""))
 
-    rows = []
-    for c, w in jobs:
-        key = f"{c}/{w}"
-        ok_cold = [r for r in cold.get(key, []) if r.get("ok")]
-        secs = warm.get("seconds", {}).get(key) or []
-        rows.append({
-            "contender": c, "workload": w,
-            "cold_to_answer_s": _median([r["to_answer_s"] for r in ok_cold]),
-            "cold_session_s": _median([r["jvm_and_session_s"] for r in ok_cold]),
-            "cold_define_s": _median([r["define_s"] for r in ok_cold]),
-            "cold_first_action_s": _median([r["first_action_s"] for r in ok_cold]),
-            "cold_process_s": _median([r["process_s"] for r in ok_cold]),
-            "cold_runs": cold.get(key, []),
-            "warm_best_s": min(secs) if secs else None,
-            "warm_median_s": _median(secs),
-            "warm_runs_s": secs,
-            "warm_error": (warm.get("errors") or {}).get(key) or (None if warm.get("ok") or secs else warm.get("error")),
-        })
-    anchor = {r["workload"]: r for r in rows if r["contender"] == ANCHOR}
-    for r in rows:
-        a = anchor.get(r["workload"])
-        for k in ("cold_to_answer_s", "cold_first_action_s", "warm_best_s", "warm_median_s"):
-            r[f"{k}_anchor_ratio"] = (round(a[k] / r[k], 3) if a and a.get(k) and r.get(k) else None)
-    return {"kwire_source": {"before": source_before, "after": _kwire_source()},
-            "records": n, "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "workloads": workloads,
-            "load_s": round(load_s, 2), "ends": ends, "ends_explicit": base["ends"] is not None,
-            "cold_repeat": COLD_REPEAT, "warm_rounds": WARM_ROUNDS, "warm_warmup": warm_spec["warmup"], "warm_loadavg_1m_before": warm["loadavg_1m_before"],
-            "warm_process_s": warm["process_s"], "rows": rows}
+    return summary(warm)
 
 
 def write(target: _Target, sets: list[dict]) -> Path:
@@ -261,7 +268,8 @@ def test_spark_source_side_by_side(target_name):
         sets = []
         for i, n in enumerate(SIZES):
             workloads = JOB_WORKLOADS if i == 0 else [w for w in JOB_WORKLOADS if w in BIG_WORKLOADS]
-            sets.append(run_size(target, n, workloads, log))
+            sets.append(run_size(target, n, workloads, log, checkpoint=lambda st: write(target, [*sets, st])))
+            write(target, sets)
         path = write(target, sets)
     finally:
         target.close()

@@ -275,7 +275,7 @@ def spark_stamp(doc: dict) -> str:
          f"PySpark {sp.get('pyspark', '?')} {doc.get('master', 'local[2]')}, "
          f"{', '.join(j[:-4] for j in sp.get('spark-sql-kafka-jars', []))}; kwire {v.get('kwire', '?')} "
          f"({v.get('kwire_codec', '?')}); confluent-kafka {v.get('confluent-kafka', '?')}; "
-         f"{SPARK_TARGETS.get(doc.get('target', {}).get('name'), '?')} {doc.get('target', {}).get('version') or ''}; "
+         f"{ {'kafka': 'Apache Kafka', 'tansu': 'Tansu'}.get(doc.get('target', {}).get('name'), '?')} {doc.get('target', {}).get('version') or ''}; "
          f"{str(doc.get('date', '?'))[:10]}")
     return ("SMOKE RUN (tiny counts, numbers meaningless); " + s) if doc.get("smoke") else s
 
@@ -288,6 +288,10 @@ def spark_set_line(doc: dict, st: dict) -> str:
          f"cold: median of {st['cold_repeat']} fresh process{'es' if st['cold_repeat'] != 1 else ''} per job, "
          f"warm: best of {st['warm_rounds']} interleaved round{'s' if st['warm_rounds'] != 1 else ''} in one session"
          + (" after a warm-up round" if st.get("warm_warmup", 1) else ""))
+    if st.get("partial"):
+        s += "; **partial: the run was stopped before every job ran**"
+    if st.get("note"):
+        s += f"; {st['note']}"
     if st.get("ends_explicit"):
         s += "; explicit `endingOffsets` (Tansu's ListOffsets(latest) is short of the end)"
     if loads:
