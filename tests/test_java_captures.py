@@ -48,7 +48,8 @@ def _tool(name: str, *args: str, stdin: str | None = None, timeout_s: float = 90
     return run.stdout
 
 
-def _java_workload(bootstrap: str, protocols: tuple[str, ...], compression: str) -> dict:
+def _java_workload(bootstrap: str, protocols: tuple[str, ...], compression: str, admin_extras: bool,
+                   workdir: Path) -> dict:
     topic = f"java-golden-{uuid.uuid4().hex[:8]}"
     groups = {protocol: f"java-{protocol}-{uuid.uuid4().hex[:8]}" for protocol in protocols}
     b = ["--bootstrap-server", bootstrap]
@@ -73,17 +74,29 @@ def _java_workload(bootstrap: str, protocols: tuple[str, ...], compression: str)
 
     with ThreadPoolExecutor(len(groups)) as pool:
         consumed = dict(zip(groups, pool.map(consume, groups.values(), groups)))
-    described_groups = _tool("kafka-consumer-groups", *b, "--describe", "--all-groups")
+    # Then the groups described, and on Kafka 4.3 a few more admin calls beside it.
+    offsets = workdir / "delete-records.json"
+    offsets.write_text(f'{{"version": 1, "partitions": [{{"topic": "{topic}", "partition": 0, "offset": 2}}]}}')
+    extras = [("kafka-log-dirs", *b, "--describe"),                                  # DescribeLogDirs
+              ("kafka-metadata-quorum", *b, "describe", "--replication"),            # DescribeQuorum
+              ("kafka-delete-records", *b, "--offset-json-file", str(offsets)),      # DeleteRecords
+              ("kafka-transactions", *b, "describe-producers", "--topic", topic, "--partition", "0"),
+              ] if admin_extras else []                                              # DescribeProducers
+    with ThreadPoolExecutor(2) as pool:
+        described_groups = pool.submit(_tool, "kafka-consumer-groups", *b, "--describe", "--all-groups")
+        for done in [pool.submit(_tool, *extra) for extra in extras]:
+            done.result()
+        described_groups = described_groups.result()
     return {"topic": topic, "described": described, "consumed": consumed, "groups": described_groups,
             "group_ids": groups}
 
 
 # Per broker: the group protocols its consumers use (Kafka 3.9 serves KIP-848 only as an early
-# access feature, off by default), the producer's compression, and the (api, version) pairs Java
-# 4.3.1's tools must have used with it -- the newest both sides have -- for the APIs the issue
-# names.
+# access feature, off by default), the producer's compression, whether a few more admin tools
+# run (4.3 only: each JVM costs seconds), and the (api, version) pairs Java 4.3.1's tools must
+# have used with it -- the newest both sides have.
 BROKERS = {
-    "kafka": (("classic", "consumer"), "zstd", {
+    "kafka": (("classic", "consumer"), "zstd", True, {
         ("ApiVersions", 4), ("Metadata", 13), ("CreateTopics", 7), ("DescribeTopicPartitions", 0),
         ("DescribeConfigs", 4), ("DescribeCluster", 2),                                    # kafka-topics
         ("InitProducerId", 5), ("Produce", 13),                                            # producer
@@ -91,8 +104,9 @@ BROKERS = {
         ("OffsetCommit", 9), ("OffsetFetch", 9), ("LeaveGroup", 5), ("Fetch", 18), ("ListOffsets", 11),
         ("ConsumerGroupHeartbeat", 1), ("OffsetCommit", 10), ("OffsetFetch", 10),          # KIP-848
         ("ListGroups", 5), ("DescribeGroups", 6), ("ConsumerGroupDescribe", 1),            # consumer-groups
+        ("DescribeLogDirs", 5), ("DescribeQuorum", 2), ("DeleteRecords", 2), ("DescribeProducers", 0),
     }),
-    "kafka39": (("classic",), "lz4", {
+    "kafka39": (("classic",), "lz4", False, {
         ("ApiVersions", 4), ("Metadata", 12), ("CreateTopics", 7), ("DescribeTopicPartitions", 0),
         ("DescribeConfigs", 4), ("DescribeCluster", 1),
         ("InitProducerId", 5), ("Produce", 11),
@@ -107,13 +121,14 @@ BROKERS = {
 def java_capture(request, tmp_path_factory):
     kafka_tools_jars()  # a first download happens before tcpdump starts
     kafka = request.getfixturevalue(request.param)
-    protocols, compression, expected = BROKERS[request.param]
+    protocols, compression, admin_extras, expected = BROKERS[request.param]
     port = kafka.port
-    path = tmp_path_factory.mktemp("java-captures") / "kafka-java.pcap"
+    workdir = tmp_path_factory.mktemp("java-captures")
+    path = workdir / "kafka-java.pcap"
     proc = _tcpdump([port], path)
     try:
         _settle(port, path)
-        work = _java_workload(kafka.bootstrap, protocols, compression)
+        work = _java_workload(kafka.bootstrap, protocols, compression, admin_extras, workdir)
         _settle(port, path)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -196,3 +211,26 @@ def test_the_java_producers_records_read_back_as_its_lines(java_capture):
     for by_offset in fetched.values():
         assert sorted(by_offset) == list(range(len(LINES)))
         assert [by_offset[o] for o in sorted(by_offset)] == LINES
+
+
+@pytest.mark.parametrize("java_capture", ["kafka"], indirect=True)  # where the extras run
+def test_the_admin_extras_answers_say_what_happened(java_capture):
+    result = decode_capture(java_capture["path"], ports=[java_capture["port"]], auto_detect=False)
+    answers = {}
+    for item in result.frames("response"):
+        answers.setdefault(item.api, []).append(item.body)
+    pids = [b["producer_id"] for b in answers["InitProducerId"] if b["error_code"] == 0]
+    # DeleteRecords up to offset 2 of partition 0: the log now starts there.
+    (deleted,) = [p for b in answers["DeleteRecords"] for t in b["topics"] for p in t["partitions"]]
+    assert (deleted["partition_index"], deleted["low_watermark"], deleted["error_code"]) == (0, 2, 0)
+    # DescribeProducers: the console producer, its epoch, and the sequence of its 6th record.
+    (producers,) = [p for b in answers["DescribeProducers"] for t in b["topics"] for p in t["partitions"]]
+    assert [(s["producer_id"], s["producer_epoch"], s["last_sequence"]) for s in producers["active_producers"]] \
+        == [(pids[0], 0, len(LINES) - 1)]
+    # DescribeQuorum: one voter, node 1, the leader.
+    (quorum,) = [p for b in answers["DescribeQuorum"] for t in b["topics"] for p in t["partitions"]]
+    assert quorum["leader_id"] == 1 and [v["replica_id"] for v in quorum["current_voters"]] == [1]
+    # DescribeLogDirs: the topic's partition in the broker's one log directory.
+    dirs = [d for b in answers["DescribeLogDirs"] for d in b["results"] if d["error_code"] == 0]
+    topics = {t["name"] for d in dirs for t in d["topics"]}
+    assert java_capture["topic"] in topics
