@@ -236,6 +236,45 @@ def _find_ip(pkt):
     return None
 
 
+_IP4_HDR = struct.Struct(">BxHxxHxB2x4s4s")  # version/IHL, total length, flags/fragment offset, protocol, addresses
+_TCP_HDR = struct.Struct(">HHI4xH")  # ports, sequence number, data offset and flags
+
+
+def _ipv4_at(linktype: int) -> Callable[[bytes], int] | None:
+    """For link types whose IPv4 packets the fast path reads: buf -> offset of the IPv4
+    header, or -1 (anything else: read by dpkt)."""
+    if linktype == _LINK_ETHERNET:
+        return lambda buf: 14 if buf[12:14] == b"\x08\x00" else -1  # Ethernet II carrying IPv4
+    if linktype in _LINK_RAW:
+        return lambda buf: 0 if buf[:1] and buf[0] >> 4 == 4 else -1
+    return None
+
+
+def _fast_ipv4_tcp(buf: bytes, at: int):
+    """An IPv4 TCP packet read as dpkt reads it, without dpkt's copies per layer: (src ip, dst
+    ip, sport, dport, seq, flags, payload, lost), or None where dpkt must decide (fragments,
+    short headers, not TCP, not version 4)."""
+    n = len(buf)
+    if n < at + 20:
+        return None
+    v_hl, ip_len, frag, proto, src, dst = _IP4_HDR.unpack_from(buf, at)
+    hl = (v_hl & 0xF) * 4
+    start = at + hl
+    if v_hl >> 4 != 4 or hl < 20 or frag & 0x1FFF or proto != 6 or start > n:
+        return None
+    end = min(at + ip_len, n) if ip_len else n
+    if end - start < 20:
+        return None
+    sport, dport, seq, off_flags = _TCP_HDR.unpack_from(buf, start)
+    off = (off_flags >> 12) * 4
+    if off < 20:
+        return None
+    payload = buf[start + off:end]
+    lost = max(0, ip_len - hl - off - len(payload)) if ip_len else 0
+    return (socket.inet_ntop(socket.AF_INET, src), socket.inet_ntop(socket.AF_INET, dst), sport, dport, seq,
+            off_flags & 0x1FF, payload, lost)
+
+
 def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     """Every TCP connection in a capture (a path, or a binary file object), with its segments
     in capture order.
@@ -260,6 +299,7 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
             raise CaptureError(f"{name}: link type {linktype} is not supported "
                                "(Ethernet, Linux cooked v1/v2, loopback and raw IP are)")
         stats["link_type"] = linktype
+        ipv4_at = _ipv4_at(linktype)
         last: tuple[Segment, Connection] | None = None
         packets = iter(reader)
         while True:
@@ -274,35 +314,17 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
                 break
             stats["packets"] += 1
             index = stats["packets"]
-            try:
-                ip = _find_ip(decode_link(buf))
-            except (dpkt.Error, struct.error, ValueError, IndexError):
-                ip = None
-            if ip is None:
-                stats["other_packets"] += 1
-                continue
-            tcp = ip.data
-            if ip.p != 6:
-                stats["other_packets"] += 1
-                continue
-            if not isinstance(tcp, dpkt.tcp.TCP):
-                stats["unreadable_packets"] += 1
-                notes.append(Item("note", ts=float(ts), problem=True, reason=(
-                    f"packet {index} is too short (or fragmented) to read its TCP header; "
-                    "its bytes are missing from its stream")))
-                continue
-            stats["tcp_packets"] += 1
-            if isinstance(ip, dpkt.ip.IP):
-                src, dst = socket.inet_ntop(socket.AF_INET, ip.src), socket.inet_ntop(socket.AF_INET, ip.dst)
-                seg_len = ip.len - ip.hl * 4 if ip.len else None
+            at = ipv4_at(buf) if ipv4_at is not None else -1
+            fast = _fast_ipv4_tcp(buf, at) if at >= 0 else None
+            if fast is not None:
+                src, dst, sport, dport, seq, flags, payload, lost = fast
+                stats["tcp_packets"] += 1
+                seg = Segment(index, float(ts), seq, flags, payload, lost)
+                s_ep, d_ep = (src, sport), (dst, dport)
             else:
-                src, dst = socket.inet_ntop(socket.AF_INET6, ip.src), socket.inet_ntop(socket.AF_INET6, ip.dst)
-                ext = sum(e.length for e in getattr(ip, "all_extension_headers", ()))
-                seg_len = ip.plen - ext if ip.plen else None
-            payload = bytes(tcp.data)
-            lost = max(0, seg_len - tcp.off * 4 - len(payload)) if seg_len is not None else 0
-            seg = Segment(index, float(ts), tcp.seq, tcp.flags, payload, lost)
-            s_ep, d_ep = (src, tcp.sport), (dst, tcp.dport)
+                seg, s_ep, d_ep = _slow_segment(buf, ts, index, decode_link, stats, notes)
+                if seg is None:
+                    continue
             key = (s_ep, d_ep) if s_ep <= d_ep else (d_ep, s_ep)
             conn = by_key.get(key)
             if conn is not None and seg.syn and not seg.flags & 0x10 and (
@@ -323,6 +345,39 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     return conns, stats, notes
 
 
+def _slow_segment(buf, ts, index, decode_link, stats, notes):
+    """One packet through dpkt: (Segment, source, destination), or (None, None, None) for a
+    packet that is not TCP (counted in ``stats``, noted in ``notes`` when unreadable)."""
+    try:
+        ip = _find_ip(decode_link(buf))
+    except (dpkt.Error, struct.error, ValueError, IndexError):
+        ip = None
+    if ip is None:
+        stats["other_packets"] += 1
+        return None, None, None
+    tcp = ip.data
+    if ip.p != 6:
+        stats["other_packets"] += 1
+        return None, None, None
+    if not isinstance(tcp, dpkt.tcp.TCP):
+        stats["unreadable_packets"] += 1
+        notes.append(Item("note", ts=float(ts), problem=True, reason=(
+            f"packet {index} is too short (or fragmented) to read its TCP header; "
+            "its bytes are missing from its stream")))
+        return None, None, None
+    stats["tcp_packets"] += 1
+    if isinstance(ip, dpkt.ip.IP):
+        src, dst = socket.inet_ntop(socket.AF_INET, ip.src), socket.inet_ntop(socket.AF_INET, ip.dst)
+        seg_len = ip.len - ip.hl * 4 if ip.len else None
+    else:
+        src, dst = socket.inet_ntop(socket.AF_INET6, ip.src), socket.inet_ntop(socket.AF_INET6, ip.dst)
+        ext = sum(e.length for e in getattr(ip, "all_extension_headers", ()))
+        seg_len = ip.plen - ext if ip.plen else None
+    payload = bytes(tcp.data)
+    lost = max(0, seg_len - tcp.off * 4 - len(payload)) if seg_len is not None else 0
+    return Segment(index, float(ts), tcp.seq, tcp.flags, payload, lost), (src, tcp.sport), (dst, tcp.dport)
+
+
 # --- reassembly --------------------------------------------------------------------------------
 
 class Stream:
@@ -335,7 +390,7 @@ class Stream:
 
     def __init__(self, data: bytes, holes: list, times: list, *, mid_start: bool, closed: bool,
                  duplicate_bytes: int = 0, lost_segments: list | None = None):
-        self.data = bytes(data)
+        self.data = data if type(data) is bytes else bytes(data)
         self.holes = holes
         self._time_offsets = [t[0] for t in times]
         self._times = [t[1] for t in times]
@@ -414,7 +469,8 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         placed.append((rel, s.index, s))
     shift = 0 if isn is not None else -min(r for r, _, _ in placed)
     placed.sort(key=lambda p: (p[0], p[1]))
-    data = bytearray()
+    chunks: list[bytes] = []  # joined once at the end: a capture's bytes are copied once here
+    cursor = 0  # the length of the chunks so far
     holes: list[tuple[int, int]] = []
     times: list[tuple[int, float]] = []
     declared = 0
@@ -424,24 +480,26 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         rel += shift
         if rel < 0:  # bytes before the SYN: cannot happen on a sane capture
             continue
-        cursor = len(data)
         if rel > cursor:
             holes.append((cursor, rel))
-            data.extend(bytes(rel - cursor))
+            chunks.append(bytes(rel - cursor))
             cursor = rel
         cap_end = rel + len(s.payload)
         if cap_end > cursor:
             duplicates += cursor - rel
             times.append((cursor, s.ts, s.index))
-            data += s.payload[cursor - rel:]
+            chunks.append(s.payload if cursor == rel else s.payload[cursor - rel:])
+            cursor = cap_end
         else:
             duplicates += len(s.payload)
         if s.lost:
             lost_segments.append((s.index, s.lost, cap_end))
         declared = max(declared, cap_end + s.lost)
-    if declared > len(data):
-        holes.append((len(data), declared))
-        data.extend(bytes(declared - len(data)))
+    if declared > cursor:
+        holes.append((cursor, declared))
+        chunks.append(bytes(declared - cursor))
+        cursor = declared
+    data = b"".join(chunks)
     # Merge holes that touch (a short packet followed by a lost one).
     merged: list[tuple[int, int]] = []
     for hs, he in holes:
@@ -694,7 +752,7 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
     response will follow (not for Produce with acks=0).  ``where``: ts, packet, offset, client,
     broker, connection.  A frame that does not decode becomes an ``undecoded`` item with its
     partial decode; its header still pairs its response."""
-    frame = _I32.pack(size) + payload
+    frame_bytes = 4 + len(payload)  # the frame itself (prefix + payload) is built only when shown as hex
     key = version = corr = None
     if len(payload) >= 8:
         key, version, corr = P.peek_request_header(payload)
@@ -702,12 +760,13 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
         rf = P.decode_request(payload, size_prefix=False)
     except KwireError as exc:
         part = partial_request(payload)
-        it = Item("undecoded", to_broker=True, data=frame, size_bytes=len(frame), api=api_name(key), api_key=key,
+        it = Item("undecoded", to_broker=True, data=_I32.pack(size) + payload, size_bytes=frame_bytes,
+                  api=api_name(key), api_key=key,
                   version=version, correlation_id=corr, client_id=part.header.get("client_id"), problem=True,
                   reason=f"request cannot be decoded: {part.reason or _describe_error(exc)}", partial=part, **where)
         return it, corr is not None
     it = Item("request", to_broker=True, api=rf.api.name, api_key=rf.api.key, version=rf.version,
-              correlation_id=rf.correlation_id, client_id=rf.client_id, size_bytes=len(frame), body=rf.body,
+              correlation_id=rf.correlation_id, client_id=rf.client_id, size_bytes=frame_bytes, body=rf.body,
               **where)
     return it, not (rf.api.key == 0 and rf.body.get("acks") == 0)  # acks=0: the broker sends nothing
 
@@ -715,18 +774,17 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
 def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -> Item:
     """One whole response frame as an Item, decoded as the answer to ``req`` (the request item
     with its correlation id, or None when the capture has none) and paired with it."""
-    frame = _I32.pack(size) + payload
     corr = P.peek_correlation_id(payload)
-    common = dict(size_bytes=len(frame), correlation_id=corr, **where)
+    common = dict(size_bytes=4 + len(payload), correlation_id=corr, **where)
     if req is not None and req.ts is not None and where.get("ts") is not None:
         common["rtt_ms"] = round((where["ts"] - req.ts) * 1000.0, 3)
     if req is None:
-        return Item("undecoded", to_broker=False, data=frame, problem=True, reason=(
+        return Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, reason=(
             f"response with correlation id {corr}: no request with that id on this connection "
             "in the capture, so its api and version are unknown"), **common)
     a = P.APIS.get(req.api_key)
     if a is None:
-        it = Item("undecoded", to_broker=False, data=frame, problem=True, api=api_name(req.api_key),
+        it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=api_name(req.api_key),
                   api_key=req.api_key, version=req.version,
                   reason=f"response to {api_name(req.api_key)} (api key {req.api_key}), which kwire's "
                          "protocol tables do not declare", **common)
@@ -736,7 +794,7 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
         except KwireError as exc:
             part = partial_response(a, req.version, payload) if a.decodes(req.version) \
                 else None
-            it = Item("undecoded", to_broker=False, data=frame, problem=True, api=a.name, api_key=a.key,
+            it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=a.name, api_key=a.key,
                       version=req.version, partial=part,
                       reason=f"{a.name} v{req.version} response cannot be decoded: "
                              f"{part.reason if part is not None and part.reason else _describe_error(exc)}",
