@@ -57,16 +57,22 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only`` (the subcommand on the command line), the other
+    subcommands are named but their arguments not added, so their modules (the network client
+    for the cluster commands) are not imported: ``kwire decode`` starts faster."""
     parser = argparse.ArgumentParser(prog="kwire", description="Kafka wire-protocol client and debugger")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add, _) in COMMANDS.items():
-        add(sub.add_parser(name, help=help_text, description=help_text))
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or name == only:
+            add(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    args = build_parser(first[0] if first and first[0] in COMMANDS else None).parse_args(argv)
     _, _, run = COMMANDS[args.command]
     try:
         return run(args)
