@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import io
+import mmap
 import os
 import socket
 import struct
@@ -160,7 +162,7 @@ class Segment:
     ts: float
     seq: int
     flags: int
-    payload: bytes
+    payload: bytes  # or a memoryview of the mapped capture file
     lost: int = 0
 
     @property
@@ -275,6 +277,39 @@ def _fast_ipv4_tcp(buf: bytes, at: int):
             off_flags & 0x1FF, payload, lost)
 
 
+_PCAP_MICRO = {b"\xa1\xb2\xc3\xd4": ">", b"\xd4\xc3\xb2\xa1": "<"}  # classic pcap, microseconds
+
+
+def _mapped_pcap(f):
+    """A classic pcap file (microsecond timestamps) mapped into memory: (link type, iterator of
+    (ts, packet bytes as a memoryview of the mapping)), so packets are not copied out of the
+    file one by one; None for anything else (pcapng, nanosecond pcap, an empty or unmappable
+    file), which dpkt reads.  Packets come out as dpkt's pcap.Reader gives them: a record the
+    file cuts short is yielded short, a cut record header raises dpkt's error."""
+    try:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
+    order = _PCAP_MICRO.get(mm[:4]) if len(mm) >= 24 else None
+    if order is None:
+        mm.close()
+        return None
+    linktype = struct.unpack_from(order + "I", mm, 20)[0]
+    rec = struct.Struct(order + "III")  # seconds, microseconds, captured length
+
+    def packets():
+        view = memoryview(mm)
+        n, pos = len(mm), 24
+        while pos < n:
+            if pos + 16 > n:
+                dpkt.pcap.LEPktHdr(bytes(view[pos:])) if order == "<" else dpkt.pcap.PktHdr(bytes(view[pos:]))
+            sec, usec, caplen = rec.unpack_from(mm, pos)
+            yield sec + (usec / 1E6), view[pos + 16:pos + 16 + caplen]
+            pos += 16 + caplen
+
+    return linktype, packets()
+
+
 def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     """Every TCP connection in a capture (a path, or a binary file object), with its segments
     in capture order.
@@ -289,11 +324,15 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     done: list[Connection] = []
     name = "stdin" if hasattr(path, "read") else os.fspath(path)
     with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as f:
-        try:
-            reader = dpkt.pcap.UniversalReader(f)
-        except (ValueError, dpkt.Error, struct.error) as exc:
-            raise CaptureError(f"{name}: not a pcap or pcapng capture ({exc})") from None
-        linktype = reader.datalink()
+        mapped = None if hasattr(path, "read") else _mapped_pcap(f)
+        if mapped is not None:
+            linktype, packets = mapped
+        else:
+            try:
+                reader = dpkt.pcap.UniversalReader(f)
+            except (ValueError, dpkt.Error, struct.error) as exc:
+                raise CaptureError(f"{name}: not a pcap or pcapng capture ({exc})") from None
+            linktype, packets = reader.datalink(), iter(reader)
         decode_link = _link_decoder(linktype)
         if decode_link is None:
             raise CaptureError(f"{name}: link type {linktype} is not supported "
@@ -301,7 +340,6 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
         stats["link_type"] = linktype
         ipv4_at = _ipv4_at(linktype)
         last: tuple[Segment, Connection] | None = None
-        packets = iter(reader)
         while True:
             try:
                 ts, buf = next(packets)
@@ -349,7 +387,7 @@ def _slow_segment(buf, ts, index, decode_link, stats, notes):
     """One packet through dpkt: (Segment, source, destination), or (None, None, None) for a
     packet that is not TCP (counted in ``stats``, noted in ``notes`` when unreadable)."""
     try:
-        ip = _find_ip(decode_link(buf))
+        ip = _find_ip(decode_link(bytes(buf)))
     except (dpkt.Error, struct.error, ValueError, IndexError):
         ip = None
     if ip is None:
@@ -522,7 +560,7 @@ class Piece:
 
     kind: str
     offset: int
-    data: bytes
+    data: bytes  # a frame's: a memoryview of the stream's bytes
     size: int | None = None  # the frame's size field
     reason: str | None = None
     header: bytes | None = None  # a damaged frame's first 8 payload bytes when captured
@@ -598,6 +636,7 @@ def split_frames(stream: Stream, plausible: Plausible, *, min_size: int) -> Iter
     caller has decoded so far (a response's correlation id on the requests seen).
     """
     data, end = stream.data, stream.end
+    view = memoryview(data)
 
     def junk(start: int, stop: int, reason: str) -> Iterator[Piece]:
         for a, b in stream.runs(start, stop):
@@ -681,7 +720,7 @@ def split_frames(stream: Stream, plausible: Plausible, *, min_size: int) -> Iter
                 head = None  # attach the header once
             pos = fend
             continue
-        yield Piece("frame", pos, data[pos + 4:fend], size=size)
+        yield Piece("frame", pos, view[pos + 4:fend], size=size)  # a view: frames are not copied
         pos = fend
 
 
@@ -759,6 +798,7 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
     try:
         rf = P.decode_request(payload, size_prefix=False)
     except KwireError as exc:
+        payload = bytes(payload)
         part = partial_request(payload)
         it = Item("undecoded", to_broker=True, data=_I32.pack(size) + payload, size_bytes=frame_bytes,
                   api=api_name(key), api_key=key,
@@ -779,7 +819,7 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
     if req is not None and req.ts is not None and where.get("ts") is not None:
         common["rtt_ms"] = round((where["ts"] - req.ts) * 1000.0, 3)
     if req is None:
-        return Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, reason=(
+        return Item("undecoded", to_broker=False, data=_I32.pack(size) + bytes(payload), problem=True, reason=(
             f"response with correlation id {corr}: no request with that id on this connection "
             "in the capture, so its api and version are unknown"), **common)
     a = P.APIS.get(req.api_key)
@@ -792,6 +832,7 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
         try:
             rf = P.decode_response(a, req.version, payload, size_prefix=False)
         except KwireError as exc:
+            payload = bytes(payload)
             part = partial_response(a, req.version, payload) if a.decodes(req.version) \
                 else None
             it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=a.name, api_key=a.key,
