@@ -71,8 +71,11 @@ for v in "${versions[@]}"; do
     say "CPython $v ($py)"
     status="" tag="-" warnings="-"
     t0=$SECONDS
+    # LDSHARED without the interpreter's own -L/-rpath (pyenv's point at its prefix, which
+    # would end up as the extensions' RUNPATH); the extensions link libc only
+    cc=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("CC") or "cc")')
     "$py" -m venv "$work/build-$v" && pip_q "$work/build-$v/bin/python" -m pip install --upgrade pip \
-        && "$work/build-$v/bin/python" -m pip wheel --no-deps --no-cache-dir -v -w "$work/raw-$v" "$sdist" \
+        && LDSHARED="$cc -shared" "$work/build-$v/bin/python" -m pip wheel --no-deps --no-cache-dir -v -w "$work/raw-$v" "$sdist" \
             > "$work/build-$v.log" 2>&1
     rc=$?
     build_s=$((SECONDS - t0))
@@ -87,6 +90,10 @@ for v in "${versions[@]}"; do
 
     wheel=$raw
     auditwheel show "$raw" 2>&1 | sed 's/^/  /'
+    (cd "$work" && rm -rf so && mkdir so && cd so && unzip -q "$raw" '*.so' \
+        && for so in $(find . -name '*.so'); do
+               echo "  $so: $(readelf -d "$so" | grep -Eo '(NEEDED|RUNPATH|RPATH).*' | tr -s ' ' | paste -sd ';')"
+           done)
     if auditwheel repair -w "$work/repaired-$v" "$raw" > "$work/repair-$v.log" 2>&1; then
         wheel=$(ls "$work/repaired-$v"/kwire-*.whl)
     else
