@@ -154,7 +154,8 @@ def _kwire_source() -> dict:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None
-    return {"commit": git("rev-parse", "--short", "HEAD"), "kwire_dirty": bool(git("status", "--porcelain", "kwire"))}
+    return {"commit": git("rev-parse", "--short", "HEAD"), "kwire_dirty": bool(git("status", "--porcelain", "kwire")),
+            "kwire_spark_tree": (git("rev-parse", "HEAD:kwire/spark") or "")[:10]}
 
 
 def _median(xs):

@@ -300,8 +300,10 @@ def spark_set_line(doc: dict, st: dict) -> str:
     b, a = src.get("before") or {}, src.get("after") or {}
     if b.get("commit"):
         s += f"; kwire at {b['commit']}" + (" with local changes" if b.get("kwire_dirty") else "")
-        if a and a != b:
-            s += f" (at {a.get('commit')} by the end: kwire changed during the run)"
+        if a.get("kwire_spark_tree") and a.get("kwire_spark_tree") != b.get("kwire_spark_tree"):
+            s += f" (at {a.get('commit')} by the end: kwire/spark changed during the run)"
+        elif a.get("commit") and a.get("commit") != b.get("commit"):
+            s += f" (HEAD at {a.get('commit')} by the end; kwire/spark unchanged)"
     return s
 
 
