@@ -83,6 +83,20 @@ def test_spark_source_results(smoke_results):
 
 
 @pytest.mark.timeout(1800)
+def test_decode_results(smoke_results):
+    """bench/test_bench_decode.py in smoke mode: a capture made in the run, every command
+    (kwire decode and tshark) ran on it and succeeded, ratios for both pairs."""
+    doc = json.loads((smoke_results / "results" / "decode.json").read_text())
+    assert doc["smoke"] is True and check_results_doc(doc) == []
+    cap = doc["capture"]
+    assert cap["records"] == cap["records_produced"] + cap["records_consumed"] > 0 and cap["bytes"] > 0
+    assert set(doc["rows"]) == {"kwire-summary", "tshark-oneline", "kwire-json", "tshark-json", "kwire-stats"}
+    for row in doc["rows"].values():
+        assert row["runs"] and all(r["exit"] == 0 and r["wall_s"] > 0 for r in row["runs"]), row
+    assert set(doc["ratios"]) == set(doc["cpu_ratios"]) == {"summary", "json"}
+
+
+@pytest.mark.timeout(1800)
 def test_micro_json(smoke_results):
     doc = json.loads((smoke_results / "results" / "micro.json").read_text())
     assert doc["benchmarks"], "pytest-benchmark wrote no benchmarks"
@@ -104,6 +118,8 @@ def test_report_renders(smoke_results):
     assert "## End to end" in report and "## Scaling" in report and "Microbenchmarks" in report
     assert "Spark: kwire beside Spark's own Kafka source" in text and "| spark-kafka |" in text
     assert "## Spark: kwire beside Spark's own Kafka source" in report
+    assert "`kwire decode` beside Wireshark's tshark" in text and "| one line per frame / packet |" in text
+    assert "## kwire decode beside tshark" in report
     for png in ("e2e_throughput.png", "e2e_cpu.png", "scaling_partitions.png", "spark_source.png"):
         assert (out / png).stat().st_size > 1000
     # splicing again replaces the section instead of adding a second one

@@ -11,6 +11,7 @@ Reads what the benchmarks wrote:
   (bench/test_bench_records.py, bench/test_bench_spark.py, ...);
 * ``spark-<target>.json`` — bench/test_bench_spark_source.py: kwire's Spark paths beside
   Spark's own Kafka source and confluent-kafka in mapPartitions, cold and warm;
+* ``decode.json`` — bench/test_bench_decode.py: ``kwire decode`` beside tshark on one capture;
 
 and writes ``<out>/README.md`` (every table), ``<out>/*.png`` (charts; each states the machine,
 the versions and the date), and the summary table between ``<!-- bench:start -->`` and
@@ -52,7 +53,8 @@ def _read(path: Path) -> dict | None:
 
 
 def load(results: Path) -> dict:
-    out = {"e2e": {}, "scaling": _read(results / "scaling.json"), "micro": _read(results / "micro.json")}
+    out = {"e2e": {}, "scaling": _read(results / "scaling.json"), "micro": _read(results / "micro.json"),
+           "decode": _read(results / "decode.json")}
     for path in sorted(results.glob("e2e-*.json")):
         doc = _read(path)
         if doc is not None:
@@ -411,6 +413,62 @@ def spark_sections(spark: dict, charts: dict, *, full: bool, out_rel: str = ".")
     return lines
 
 
+# --- kwire decode beside tshark ----------------------------------------------------------------
+
+DECODE_TASKS = (("summary", "one line per frame / packet"), ("json", "full JSON"))
+
+
+def decode_line(doc: dict) -> str:
+    cap = doc.get("capture", {})
+    m = doc.get("machine", {})
+    rows = (doc.get("rows") or {}).values()
+    loads = [r.get("loadavg_1m_before") for row in rows for r in row.get("runs", [])]
+    loads = [x for x in loads if x is not None]
+    s = (f"capture of {cap.get('records', 0):,} records ({cap.get('records_produced', 0):,} produced and "
+         f"{cap.get('records_consumed', 0):,} consumed, {cap.get('value_bytes')} B values, "
+         f"{cap.get('clients', '?')} on {cap.get('broker', '?')}), {cap.get('bytes', 0) / 1e6:,.1f} MB, "
+         f"tcpdump on loopback; each command a fresh process, output to /dev/null, median of "
+         f"{doc.get('rounds')} interleaved round{'s' if doc.get('rounds') != 1 else ''} after a warm-up run; "
+         f"{doc.get('tshark') or 'tshark ?'}; kwire {m.get('versions', {}).get('kwire', '?')}"
+         f" ({m.get('versions', {}).get('kwire_codec', '?')})")
+    src = doc.get("kwire_source") or {}
+    if src.get("commit"):
+        s += f" at {src['commit']}" + (" with local changes" if src.get("kwire_dirty") else "")
+    s += f"; {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores), Python {m.get('python', '?')}"
+    if loads:
+        s += f"; 1-minute load average before a command {min(loads):.1f}–{max(loads):.1f}"
+    s += f"; {str(doc.get('date', '?'))[:10]}"
+    return ("SMOKE RUN (tiny counts, numbers meaningless); " + s) if doc.get("smoke") else s
+
+
+def decode_table(doc: dict) -> list[str]:
+    """Per task: kwire's and tshark's median seconds (wall clock and CPU) and kwire ÷ tshark
+    (below 1: kwire is faster)."""
+    rows = doc.get("rows") or {}
+    lines = ["| output | kwire command | wall s | CPU s | tshark command | wall s | CPU s | "
+             "kwire ÷ tshark, wall | kwire ÷ tshark, CPU |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+    for label, k, t in doc.get("pairs") or ():
+        a, b = rows.get(k) or {}, rows.get(t) or {}
+        what = dict(DECODE_TASKS).get(label, label)
+        lines.append(f"| {what} | `{a.get('command', k)}` | {fmt(a.get('median_wall_s'))} | {fmt(a.get('median_cpu_s'))} | "
+                     f"`{b.get('command', t)}` | {fmt(b.get('median_wall_s'))} | {fmt(b.get('median_cpu_s'))} | "
+                     f"{_anchor_ratio((doc.get('ratios') or {}).get(label))} | "
+                     f"{_anchor_ratio((doc.get('cpu_ratios') or {}).get(label))} |")
+    for name, row in rows.items():
+        if name not in {x for p in doc.get("pairs") or () for x in p[1:]}:
+            lines.append(f"| {name} (for information) | `{row.get('command', name)}` | {fmt(row.get('median_wall_s'))} | "
+                         f"{fmt(row.get('median_cpu_s'))} | – | | | | |")
+    return lines
+
+
+def decode_section(doc: dict) -> list[str]:
+    return [f"**`kwire decode` beside Wireshark's tshark** (`bench/test_bench_decode.py`) — {decode_line(doc)}:", "",
+            *decode_table(doc), "",
+            "Issue 18's targets: summary at most tshark's one-line time (÷ ≤ 1), full JSON at most half of "
+            "`tshark -T json`'s (÷ ≤ 0.5).  CPU is the process's user + system time; on a busy machine wall "
+            "time also holds the time spent waiting for a core.", ""]
+
+
 # --- charts -----------------------------------------------------------------------------------
 
 def _plt():
@@ -598,6 +656,8 @@ def full_report(data: dict, charts: dict) -> str:
                   "bench/test_bench_spark_source.py: every job cold (a fresh process creating its SparkSession, "
                   "as a scheduled `spark-submit` job) and warm (one session, after a warm-up).", "",
                   *spark_sections(data["spark"], charts, full=True)]
+    if data.get("decode"):
+        lines += ["## kwire decode beside tshark", "", *decode_section(data["decode"])]
     mi = data["micro"]
     if mi:
         lines += ["## Microbenchmarks (pytest-benchmark)", "", f"_{micro_stamp(mi)}._", "", *micro_tables(mi)]
@@ -607,7 +667,8 @@ def full_report(data: dict, charts: dict) -> str:
 def readme_section(data: dict, charts: dict, out_rel: str) -> str:
     lines = [START, "",
              "_Generated by `make bench-report` from `bench/results/`; do not edit between the markers._", ""]
-    if not data["e2e"] and not data["scaling"] and not data["micro"] and not data.get("spark"):
+    if not data["e2e"] and not data["scaling"] and not data["micro"] and not data.get("spark") \
+            and not data.get("decode"):
         return "\n".join(lines + ["No results yet: run `make bench`.", "", END])
     for t in [t for t in ("replay", "kafka", "tansu", "mock") if t in data["e2e"]]:
         doc = data["e2e"][t]
@@ -623,6 +684,8 @@ def readme_section(data: dict, charts: dict, out_rel: str) -> str:
         lines += ["**Spark: kwire beside Spark's own Kafka source** (`bench/test_bench_spark_source.py`; "
                   "cold = a fresh process per job, JVM start included; warm = one session after a warm-up):", "",
                   *spark_sections(data["spark"], charts, full=False, out_rel=out_rel)]
+    if data.get("decode"):
+        lines += decode_section(data["decode"])
     lines += [f"Scaling with partitions, record size and compression, CPU charts and the microbenchmarks: "
               f"[{out_rel}/README.md]({out_rel}/README.md).", "", END]
     return "\n".join(lines)
