@@ -405,3 +405,29 @@ def test_a_commit_is_retried_when_every_partition_finds_the_coordinator_loading(
         r.commit(group, {(unique_topic, 0): 5, (unique_topic, 1): 7})
     assert len(answered) == 1 and len(answered[0]["topics"][0]["partitions"]) == 2
     assert committed(kafka, unique_topic, group, 2) == {0: 5, 1: 7}
+
+
+def test_a_loading_coordinator_is_waited_for_beyond_the_offset_retries(kafka, unique_topic):
+    """A coordinator still loading its offsets (a fresh or restarted broker) answers
+    COORDINATOR_LOAD_IN_PROGRESS for seconds; fetchOffset.numRetries (3, Spark's default) with
+    Spark's 10 ms interval would give up within a second.  kwire waits for a coordinator until
+    request.timeout.ms: here the first 8 OffsetCommits are answered so, then the broker's."""
+    create(kafka, unique_topic, 1)
+    group = unique_topic + "-g"
+    answered = []
+    with OffsetReader(ks.parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": unique_topic})) as r:
+        request = r.client.request
+
+        def loading(node, api, body, *args, **kw):
+            if api != "OffsetCommit" or len(answered) >= 8:
+                return request(node, api, body, *args, **kw)
+            sent = body(9) if callable(body) else body
+            answered.append(1)
+            return {"throttle_time_ms": 0, "topics": [
+                {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": 14}
+                                                   for p in t["partitions"]]} for t in sent["topics"]]}
+
+        r.client.request = loading
+        r.commit(group, {(unique_topic, 0): 3})
+    assert len(answered) == 8
+    assert committed(kafka, unique_topic, group, 1) == {0: 3}

@@ -93,19 +93,28 @@ class OffsetReader:
         self.close()
 
     def _retrying(self, what: str, fn):
-        """``fn()``, retried on retriable errors with a metadata refresh in between."""
+        """``fn()``, retried on retriable errors with a metadata refresh in between:
+        ``fetchOffset.numRetries`` times (Spark's option), except that a group coordinator that
+        is loading, unavailable or moved is waited for until ``request.timeout.ms`` has passed
+        -- a coordinator loading its offsets (a fresh or restarted broker) takes seconds, which
+        a few 100 ms retries do not cover (Kafka's Java client waits for it the same way)."""
         attempts = self.options.fetch_offset_num_retries + 1
         pause_s = max(self.options.fetch_offset_retry_interval_ms, self._config.retry_backoff_ms) / 1000
-        for attempt in range(attempts):
+        coordinator_deadline = time.monotonic() + self._config.request_timeout_ms / 1000
+        attempt = 0
+        while True:
             try:
                 return fn()
             except KwireError as exc:
-                if attempt + 1 >= attempts or not _retriable(exc):
+                waiting = (isinstance(exc, BrokerError) and exc.code in _COORDINATOR_ERRORS
+                           and time.monotonic() + pause_s < coordinator_deadline)
+                if not _retriable(exc) or (attempt + 1 >= attempts and not waiting):
                     if attempt:
                         _log.warning("%s failed after %d attempts: %s", what, attempt + 1, exc)
                     raise
+                attempt += 1
                 _log.debug("%s failed (%s); retrying", what, exc)
-                time.sleep(pause_s * (attempt + 1))
+                time.sleep(min(pause_s * attempt, 1.0))
                 self._coordinators.clear()
                 try:
                     self.client.refresh_metadata()
