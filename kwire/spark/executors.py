@@ -12,6 +12,7 @@ the Python worker that the read then reuses).  ``spark.kwire.checkExecutors=fals
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from typing import Any
@@ -49,21 +50,51 @@ def probe(_):
         yield (sys.executable, sys.version.split()[0], None, None, "%s: %s" % (type(e).__name__, e))
 '''
 
+# The same probe as a mapInArrow function: a DataFrame job runs in the Python worker daemon that
+# read_kafka's mapInArrow tasks then reuse (an RDD job starts a daemon of its own, a second
+# Python start-up in a cold job).
+_ARROW_PROBE_SOURCE = _PROBE_SOURCE + '''
+
+def arrow_probe(batches):
+    import pyarrow as pa
+    rows = []
+    for batch in batches:
+        for _ in range(batch.num_rows):
+            rows.extend(probe(None))
+    cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
+    yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in cols],
+                                     names=["exe", "version", "kwire", "impl", "error"])
+'''
+_ARROW_PROBE_SCHEMA = "exe string, version string, kwire string, impl string, error string"
+
 _lock = threading.Lock()
 _checked: set[str] = set()
 
 
-def _probe():
+def _probe(name: str = "probe"):
     namespace: dict[str, Any] = {"__name__": "kwire_executor_probe"}
-    exec(compile(_PROBE_SOURCE, "<kwire executor probe>", "exec"), namespace)
-    return namespace["probe"]
+    exec(compile(_ARROW_PROBE_SOURCE, "<kwire executor probe>", "exec"), namespace)
+    return namespace[name]
+
+
+def _run_probe(spark_or_sc, tasks: int) -> list[tuple]:
+    """The executors' reports: through a DataFrame's mapInArrow when given a SparkSession and
+    PySpark can run one here (pyarrow and pandas), else through an RDD."""
+    sc = getattr(spark_or_sc, "sparkContext", spark_or_sc)
+    if sc is not spark_or_sc and importlib.util.find_spec("pyarrow") and importlib.util.find_spec("pandas"):
+        df = spark_or_sc.range(0, tasks, 1, tasks).mapInArrow(_probe("arrow_probe"), _ARROW_PROBE_SCHEMA)
+        return [tuple(r) for r in df.collect()]
+    return sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
 
 
 def check_executors(sc) -> None:
     """Raise :class:`~kwire.errors.ExecutorSetupError` unless the executors import this
     kwire version (once per application; ``sc`` a SparkContext or SparkSession)."""
-    sc = getattr(sc, "sparkContext", sc)
+    spark_or_sc, sc = sc, getattr(sc, "sparkContext", sc)
     if str(sc.getConf().get(CHECK_CONF, "true")).strip().lower() in ("false", "0", "no", "off"):
+        return
+    if spark_or_sc is not sc and str(spark_or_sc.conf.get(CHECK_CONF, "true")).strip().lower() in (
+            "false", "0", "no", "off"):
         return
     app = sc.applicationId
     with _lock:
@@ -71,7 +102,7 @@ def check_executors(sc) -> None:
             return
         tasks = max(1, min(int(sc.defaultParallelism), 8))
         try:
-            reports = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
+            reports = _run_probe(spark_or_sc, tasks)
         except Exception as e:  # the executors' Python did not even start, or died
             first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
             raise ExecutorSetupError(f"Spark could not run a Python task on the executors to check for kwire "
