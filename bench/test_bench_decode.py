@@ -13,7 +13,10 @@ wall-clock seconds of each is reported, with the ratios the issue asks for:
 * summary: ``kwire decode CAP --port P --summary`` vs ``tshark -r CAP -d tcp.port==P,kafka``
   (tshark's one line per packet);
 * json: ``kwire decode CAP --port P --format json`` vs ``tshark -r CAP -d tcp.port==P,kafka -T json``;
-* stats (for information, tshark has no counterpart): ``kwire decode CAP --port P --stats``.
+* for information (no tshark counterpart): ``kwire decode CAP --port P --stats``, and
+  ``--format json --records full`` (every record decoded, key and value in hex -- tshark 4.0's
+  JSON here holds the frames' bytes but not their records, its Kafka dissector leaving Produce
+  v9+ and Fetch v12+ bodies undecoded).
 
 Results go to ``bench/results/decode.json``; tools/bench_report.py renders them.
 Run alone: ``python -m pytest -q -p no:cacheprovider bench/test_bench_decode.py -s``;
@@ -124,6 +127,9 @@ def commands(cap: dict) -> dict[str, list[str]]:
         "kwire-json": kwire + ["--format", "json"],
         "tshark-json": tshark + ["-T", "json"],
         "kwire-stats": kwire + ["--stats"],
+        # every record decoded and printed, key and value as hex: more than tshark -T json does
+        # here (Wireshark 4.0 leaves Produce v9+ and Fetch v12+ bodies undecoded)
+        "kwire-json-records-full": kwire + ["--format", "json", "--records", "full"],
     }
 
 

@@ -90,7 +90,8 @@ def test_decode_results(smoke_results):
     assert doc["smoke"] is True and check_results_doc(doc) == []
     cap = doc["capture"]
     assert cap["records"] == cap["records_produced"] + cap["records_consumed"] > 0 and cap["bytes"] > 0
-    assert set(doc["rows"]) == {"kwire-summary", "tshark-oneline", "kwire-json", "tshark-json", "kwire-stats"}
+    assert set(doc["rows"]) == {"kwire-summary", "tshark-oneline", "kwire-json", "tshark-json", "kwire-stats",
+                                "kwire-json-records-full"}
     for row in doc["rows"].values():
         assert row["runs"] and all(r["exit"] == 0 and r["wall_s"] > 0 for r in row["runs"]), row
     assert set(doc["ratios"]) == set(doc["cpu_ratios"]) == {"summary", "json"}

@@ -466,7 +466,10 @@ def decode_section(doc: dict) -> list[str]:
             *decode_table(doc), "",
             "Issue 18's targets: summary at most tshark's one-line time (÷ ≤ 1), full JSON at most half of "
             "`tshark -T json`'s (÷ ≤ 0.5).  CPU is the process's user + system time; on a busy machine wall "
-            "time also holds the time spent waiting for a core.", ""]
+            "time also holds the time spent waiting for a core.  kwire's JSON summarises record sets (batches, "
+            "offsets, bytes); `--records full` decodes every record.  tshark's JSON holds every packet's layers "
+            "and bytes but no records: Wireshark 4.0's Kafka dissector leaves Produce v9+ and Fetch v12+ bodies "
+            "undecoded.", ""]
 
 
 # --- charts -----------------------------------------------------------------------------------
