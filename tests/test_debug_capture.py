@@ -746,10 +746,19 @@ def test_tracer_through_logging(caplog):
 def test_tracer_on_a_real_network_client(peer):
     from kwire.net import NetworkClient
 
-    out = io.StringIO()
-    client = NetworkClient({"bootstrap.servers": peer.bootstrap}, tracer=make_tracer("json", stream=out))
+    out, text = io.StringIO(), io.StringIO()
+    raw: list[dict] = []
+    json_tracer, text_tracer = make_tracer("json", stream=out), make_tracer(stream=text)
+
+    def tracer(ev):
+        raw.append(ev)
+        json_tracer(ev)
+        text_tracer(ev)
+
+    client = NetworkClient({"bootstrap.servers": peer.bootstrap, "client.id": "trace-test"}, tracer=tracer)
     try:
         client.request(None, "Metadata", lambda v: {"topics": []}, timeout_ms=10_000)
+        local = "%s:%d" % client._conns[next(iter(client._conns))].sock.getsockname()[:2]
     finally:
         client.close()
     events = [json.loads(line) for line in out.getvalue().splitlines()]
@@ -757,6 +766,13 @@ def test_tracer_on_a_real_network_client(peer):
     assert {("ApiVersions", "request"), ("ApiVersions", "response"), ("Metadata", "request"),
             ("Metadata", "response")} <= pairs
     assert all(e["broker"] and e["size_bytes"] for e in events)
+    # as a capture shows them: both ends of the connection, the client id, rtt in microseconds
+    assert all(e["client"] == local and e["client_id"] == "trace-test" for e in events), events[0]
+    for ev, e in zip(raw, events):
+        if e["kind"] == "response":
+            assert isinstance(ev["rtt_us"], int) and ev["rtt_us"] >= 0
+            assert e["rtt_ms"] == ev["rtt_us"] / 1000
+    assert f"{local} → node -1 {peer.bootstrap}" in text.getvalue(), text.getvalue()[:300]
 
 
 def test_renderer_colours_only_terminals():

@@ -616,7 +616,7 @@ def _field_lines(k: str, v: Any, indent: int, name: str | None = None) -> list[s
 
 
 def _route(event: dict) -> str:
-    """"client → broker" (a request) or "client ← broker"; a live trace knows only the broker."""
+    """"client → broker" (a request) or "client ← broker", each as host:port."""
     client, broker, node = event.get("client"), event.get("broker"), event.get("node_id")
     tb = event.get("to_broker")
     if tb is None and not (client or broker or node is not None):

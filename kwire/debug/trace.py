@@ -12,11 +12,11 @@
 
 The network client calls the tracer with a dict per frame: ``direction`` ("send"/"recv"),
 ``node_id``, ``address``, ``api`` (name), ``api_key``, ``version``, ``correlation_id``,
-``size_bytes``, ``rtt_ms`` (responses) and ``body``.  :func:`normalize_event` turns it into the
-event shape render.py shares with decoded captures, the body re-encoded at the frame's version
-and decoded back (:func:`wire_body`), so the trace shows what the bytes carry: no field the
-version lacks, no tagged field the encoder left out.  (What the event itself lacks -- the
-client id, the local address, rtt finer than milliseconds -- the tracer cannot add.)  (The network client also writes a one-line
+``size_bytes``, ``rtt_ms`` and ``rtt_us`` (responses), ``client_id``, ``local_address`` and
+``body``.  :func:`normalize_event` turns it into the event shape render.py shares with decoded
+captures -- client and broker addresses, client id, rtt to the microsecond -- the body
+re-encoded at the frame's version and decoded back (:func:`wire_body`), so the trace shows what
+the bytes carry: no field the version lacks, no tagged field the encoder left out.  (The network client also writes a one-line
 summary of each frame to the ``kwire.protocol`` logger at DEBUG by itself; the rendered frames
 go to its child ``kwire.protocol.trace`` so the two can be routed apart.)
 """
@@ -91,13 +91,18 @@ def normalize_event(event: dict, *, as_sent: bool = True) -> dict:
     body = event.get("body")
     if as_sent and body is not None:
         body = wire_body(kind, key if key is not None else api, event.get("version"), body)
+    rtt_us = event.get("rtt_us")
+    client = _address(event.get("local_address"))
+    broker = _address(event.get("address"))
     return {
-        "kind": kind, "ts": ts, "client": None,
-        "broker": _address(event.get("address")), "node_id": event.get("node_id"), "to_broker": to_broker,
-        "connection": None, "api": api, "api_key": key, "version": event.get("version"),
+        "kind": kind, "ts": ts, "client": client,
+        "broker": broker, "node_id": event.get("node_id"), "to_broker": to_broker,
+        "connection": None,
+        "api": api, "api_key": key, "version": event.get("version"),
         "correlation_id": event.get("correlation_id"),
         "client_id": event.get("client_id"), "size_bytes": event.get("size_bytes"),
-        "rtt_ms": event.get("rtt_ms"), "body": body,
+        # microseconds where the client measured them, as a capture's timestamps give
+        "rtt_ms": rtt_us / 1000 if rtt_us is not None else event.get("rtt_ms"), "body": body,
         "reason": None, "data": None, "offset": None,
     }
 

@@ -138,6 +138,18 @@ def _summarize(value: Any, limit: int = 64) -> Any:
     return value
 
 
+def _local_address(conn: Connection) -> str | None:
+    """``host:port`` of the connection's own end, or None when it has no socket."""
+    sock = conn.sock
+    if sock is None:
+        return None
+    try:
+        host, port = sock.getsockname()[:2]
+    except OSError:
+        return None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 PROTOCOL_LOG_BODY_CHARS = 200
 
 
@@ -184,7 +196,8 @@ class NetworkClient:
     ``config`` is a dict of configuration properties (see :mod:`kwire.config`) or a parsed
     :class:`~kwire.config.Config`.  ``tracer`` is called with a dict for every request sent and
     response received (``direction`` "send"/"recv", ``node_id``, ``address``, ``api``,
-    ``version``, ``correlation_id``, ``size_bytes``, ``rtt_ms`` (recv), ``body``; SASL
+    ``version``, ``correlation_id``, ``size_bytes``, ``rtt_ms`` and ``rtt_us`` (recv),
+    ``client_id``, ``local_address`` (this end of the connection), ``body``; SASL
     ``auth_bytes`` arrive as "<redacted>").  ``ssl_context``: an ``ssl.SSLContext`` to use
     instead of the one built from the ``ssl.*`` properties.
     """
@@ -1040,6 +1053,7 @@ class NetworkClient:
                     f = item[1]
                     if f is not None:
                         f.sent_ms = now
+                        f.sent_ns = time.monotonic_ns()
                         if not f.expect_response:
                             self._complete(f, None, now, conn)
                 else:
@@ -1115,6 +1129,7 @@ class NetworkClient:
                 f"node {conn.node_id} sent a response with unknown correlation id {cid}"), now)
             return False
         f.received_ms = now
+        f.received_ns = time.monotonic_ns()
         if f.raw is not None:
             f.raw = bytes(payload)
         if f is conn.handshake:
@@ -1312,12 +1327,15 @@ class NetworkClient:
         logging_on = protocol_log.isEnabledFor(logging.DEBUG)
         if tracer is None and not logging_on:
             return
+        rtt_us = f.rtt_us if direction == "recv" else None
         event = {
             "direction": direction, "node_id": conn.node_id, "address": conn.address,
+            "local_address": _local_address(conn), "client_id": self.client_id,
             "api": f.api, "api_key": f.api_key, "version": f.version,
             "correlation_id": f.correlation_id,
             "size_bytes": size if size is not None else f.size_bytes,
             "rtt_ms": f.rtt_ms if direction == "recv" else None,
+            "rtt_us": rtt_us,
             "body": _redact(body),
         }
         if tracer is not None:

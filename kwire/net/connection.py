@@ -69,7 +69,8 @@ class InFlight:
     """
 
     __slots__ = ("api", "api_key", "version", "node_id", "correlation_id", "body", "response",
-                 "error", "created_ms", "sent_ms", "received_ms", "timeout_ms", "deadline_ms",
+                 "error", "created_ms", "sent_ms", "received_ms", "sent_ns", "received_ns",
+                 "timeout_ms", "deadline_ms",
                  "expect_response", "internal", "size_bytes", "version_range", "raw", "_body_source",
                  "_requested_version",
                  "_callbacks", "_api", "_done")
@@ -90,6 +91,9 @@ class InFlight:
         self.created_ms = now_ms
         self.sent_ms: int | None = None
         self.received_ms: int | None = None
+        # time.monotonic_ns() when the last byte went out / the answer was read: rtt in µs
+        self.sent_ns: int | None = None
+        self.received_ns: int | None = None
         self.timeout_ms = timeout_ms
         self.deadline_ms = now_ms + timeout_ms
         self.expect_response = True
@@ -109,6 +113,13 @@ class InFlight:
         if self.sent_ms is None or self.received_ms is None:
             return None
         return self.received_ms - self.sent_ms
+
+    @property
+    def rtt_us(self) -> int | None:
+        """Microseconds from the request's last byte written to its answer read."""
+        if self.sent_ns is None or self.received_ns is None:
+            return None
+        return (self.received_ns - self.sent_ns) // 1000
 
     def add_callback(self, fn: Callable[["InFlight"], Any]) -> None:
         """Call ``fn(self)`` when done (from the driver's poll; at once if already done)."""
