@@ -1,6 +1,6 @@
 """kwire decode: Kafka frames out of packet captures, single hex frames, and live traces.
 
-Real captures: tcpdump on ``lo`` while confluent-kafka, kafka-python and kwire talk to the Tansu
+Real captures: tcpdump on ``lo`` while confluent-kafka, kafka-python, aiokafka and kwire talk to the broker
 fixture (and the same capture rewritten as pcapng by Wireshark's editcap); a small one is saved
 under tests/golden/ so the offline tests run anywhere.  Damage (gaps, cut files, flipped bytes,
 retransmissions) is built with tests/capture_util.py.  ``KWIRE_UPDATE_GOLDEN=1`` rewrites the
@@ -128,8 +128,9 @@ TOTAL_RECORDS = 9  # 6 from confluent-kafka, 3 from kwire
 
 
 def run_real_clients(bootstrap: str, topic: str) -> None:
-    """confluent-kafka's and kwire's Producers, then confluent-kafka's, kafka-python's and
-    kwire's Consumers, each in its own group, side by side so their joins overlap."""
+    """confluent-kafka's and kwire's Producers, then confluent-kafka's, kafka-python's,
+    aiokafka's and kwire's Consumers, each in its own group, side by side so their joins
+    overlap."""
     import confluent_kafka as ck
     import kafka
 
@@ -186,10 +187,39 @@ def run_real_clients(bootstrap: str, topic: str) -> None:
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
+    def aiokafka_consumer():
+        import asyncio
+
+        import aiokafka
+
+        async def run():
+            kc = aiokafka.AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"ak-{topic}",
+                                           client_id="aiokafka-live", auto_offset_reset="earliest",
+                                           enable_auto_commit=False, session_timeout_ms=6000,
+                                           heartbeat_interval_ms=300, max_poll_interval_ms=6000)
+            await kc.start()
+            try:
+                seen, deadline = 0, time.monotonic() + 20
+                while seen < TOTAL_RECORDS and time.monotonic() < deadline:
+                    got = await kc.getmany(timeout_ms=200)
+                    seen += sum(len(v) for v in got.values())
+                await asyncio.sleep(0.7)  # a heartbeat or two
+                await kc.commit()
+            finally:
+                await kc.stop()
+            assert seen == TOTAL_RECORDS, seen
+
+        try:
+            asyncio.run(run())
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
     t = threading.Thread(target=kafka_python_consumer)
     t.start()
     t2 = threading.Thread(target=kwire_consumer)
     t2.start()
+    t3 = threading.Thread(target=aiokafka_consumer)
+    t3.start()
     consumer = ck.Consumer({**common, "group.id": f"ck-{topic}", "auto.offset.reset": "earliest",
                             "enable.auto.commit": False, "session.timeout.ms": 6000,
                             "max.poll.interval.ms": 6000, "heartbeat.interval.ms": 300})
@@ -206,6 +236,7 @@ def run_real_clients(bootstrap: str, topic: str) -> None:
     consumer.close()
     t.join(30)
     t2.join(30)
+    t3.join(30)
     assert seen == TOTAL_RECORDS, seen
     if errors:
         raise errors[0]
@@ -228,6 +259,7 @@ def test_live_capture_of_real_clients(peer, unique_topic, tmp_path, capsys):
         clients = {i.client_id for i in result.frames("request")}
         assert {"rdkafka", "kwire-live", "kwire-live-consumer"} <= clients, clients
         assert any(c and c.startswith("kafka-python") for c in clients), clients
+        assert "aiokafka-live" in clients, clients
         # kwire's own consumer, its whole life in order of first appearance
         kwire_apis = []
         for i in result.frames("request"):
