@@ -500,6 +500,9 @@ def test_debug_protocol_logs_a_line_per_frame(peer, capsys):
     # one bounded line per frame: ApiVersions' answer lists ~90 APIs, its body is cut short
     versions = next(line for line in log if "recv" in line and "ApiVersions" in line)
     assert len(versions) < 600 and "chars; --trace shows all)" in versions, versions
+    # both ends of the connection, and the rtt to the microsecond
+    assert re.search(r"127\.0\.0\.1:\d+->" + re.escape(peer.bootstrap) + r" ApiVersions v\d+ .* rtt=\d+\.\d{3}ms",
+                     versions), versions
 
 
 # --- errors ----------------------------------------------------------------------------------------

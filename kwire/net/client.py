@@ -150,6 +150,17 @@ def _local_address(conn: Connection) -> str | None:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _as_sent(f: InFlight, direction: str, body: Any) -> Any:
+    """A request body as its bytes carry it (encoded at the request's version and decoded
+    back: no field that version lacks), for ``debug=protocol``; answers are decoded already."""
+    if direction != "send" or not isinstance(body, dict) or f.version is None:
+        return body
+    try:
+        return _api.decode_request_body(f.api, f.version, _api.encode_request_body(f.api, f.version, body))
+    except (KwireError, KeyError, TypeError, ValueError):
+        return body
+
+
 PROTOCOL_LOG_BODY_CHARS = 200
 
 
@@ -1344,10 +1355,10 @@ class NetworkClient:
             except Exception:
                 _log.exception("tracer raised")
         if logging_on:
-            protocol_log.debug("%s node=%s %s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
-                               conn.address, f.api, f.version, f.correlation_id, event["size_bytes"],
-                               f" rtt={event['rtt_ms']}ms" if direction == "recv" else "",
-                               _one_line(_summarize(body)))
+            rtt = f" rtt={rtt_us / 1000:.3f}ms" if rtt_us is not None else ""
+            protocol_log.debug("%s node=%s %s->%s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
+                               event["local_address"], conn.address, f.api, f.version, f.correlation_id,
+                               event["size_bytes"], rtt, _one_line(_summarize(_redact(_as_sent(f, direction, body)))))
 
 
 def _decode_body(a, version: int, payload) -> dict:
