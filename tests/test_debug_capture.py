@@ -92,7 +92,7 @@ def capturing(port: int, directory: Path):
     if tcpdump is None:
         pytest.fail("tcpdump is missing: `make test` installs it (tools/system-deps.sh)")
     path = directory / "live.pcap"
-    cmd = [tcpdump, "-i", "lo", "--immediate-mode", "-U", "-n", "-s", "0", "-B", "16384", "-Z", "root", "-w", str(path),
+    cmd = [tcpdump, "-i", "lo", "--immediate-mode", "-U", "-n", "-s", "0", "-B", "65536", "-Z", "root", "-w", str(path),
            f"tcp port {port}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -122,8 +122,10 @@ def _tcpdump(ports: list[int], path: Path) -> subprocess.Popen:
     if tcpdump is None:
         pytest.fail("tcpdump is missing: `make test` installs it (tools/system-deps.sh)")
     expr = " or ".join(f"tcp port {p}" for p in ports)
-    proc = subprocess.Popen([tcpdump, "-i", "lo", "--immediate-mode", "-U", "-n", "-s", "0", "-Z", "root",
-                             "-w", str(path), expr], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # -B: a 64 MiB kernel buffer, so that a loaded machine does not make tcpdump drop packets
+    # (a CI run lost 5 segments of the Java tools' traffic with the default 2 MiB)
+    proc = subprocess.Popen([tcpdump, "-i", "lo", "--immediate-mode", "-U", "-n", "-s", "0", "-B", "65536",
+                             "-Z", "root", "-w", str(path), expr], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     line = proc.stderr.readline()
     if b"listening on" not in line:
         proc.wait(timeout=10)
