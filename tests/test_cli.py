@@ -577,3 +577,28 @@ def test_produce_and_consume_as_processes(peer, unique_topic, capsys):
     assert proc.returncode == 1
     err = proc.stderr.decode()
     assert err.count("\n") == 1 and err.startswith("kwire consume: ") and "Traceback" not in err
+
+
+def test_consume_waiting_for_more_than_there_is_says_so_and_stops_on_ctrl_c(peer, unique_topic, capsys):
+    """--count 5 of a topic holding 2: like kafka-console-consumer it waits for more, but after
+    10 s without records it says so on stderr, once, naming --idle-timeout; Ctrl-C then stops it
+    with the records printed and exit 0 (a new user's trial waited 10 minutes in silence)."""
+    import signal as _signal
+
+    b = peer.bootstrap
+    assert run(capsys, "topics", "-b", b, "--create", unique_topic, "--partitions", 1, "--replication-factor", 1)[0] == 0
+    assert _kwire("produce", "-b", b, "-t", unique_topic, stdin=b"one\ntwo\n").returncode == 0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "kwire", "consume", "-b", b, "-t", unique_topic, "--from-beginning",
+                             "--count", "5", "--format", "value"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=str(ROOT))
+    try:
+        line = proc.stderr.readline().decode()  # blocks until the hint (or an error) is written
+        assert "2 of 5 records so far, none for 10 s; waiting for more" in line and "--idle-timeout" in line, line
+        proc.send_signal(_signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines() == ["one", "two"]

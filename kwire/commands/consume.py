@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 from ..config import parse_config
@@ -167,6 +168,9 @@ def _start_offsets(consumer, topic: str, partitions: list[int], args, conf: dict
     return {p: OFFSET_BEGINNING if earliest else OFFSET_END for p in partitions}
 
 
+IDLE_HINT_S = 10.0  # without --idle-timeout: after this long without records, say it waits
+
+
 def _loop(consumer, args, printer: "_Printer", out: Out) -> int:
     """Print records until --count, --idle-timeout or Ctrl-C; the number printed."""
     count = 0
@@ -175,6 +179,7 @@ def _loop(consumer, args, printer: "_Printer", out: Out) -> int:
     active_since = None if args.group else now  # idle time counts once partitions are assigned
     join_deadline = now + args.join_timeout
     last_record = None
+    hinted = False
     try:
         while limit is None or count < limit:
             want = _BATCH if limit is None else min(_BATCH, limit - count)
@@ -199,6 +204,13 @@ def _loop(consumer, args, printer: "_Printer", out: Out) -> int:
             idle_from = max(active_since, last_record or active_since)
             if args.idle_timeout is not None and now - idle_from >= args.idle_timeout:
                 break
+            if args.idle_timeout is None and not hinted and now - idle_from >= IDLE_HINT_S:
+                # like kafka-console-consumer it waits for more; say so once, and how to stop
+                hinted = True
+                waited = f"{count} of {limit} records" if limit is not None else f"{count} records"
+                print(f"kwire consume: {waited} so far, none for {IDLE_HINT_S:g} s; waiting for more "
+                      f"(--idle-timeout SECONDS stops after that long without records, Ctrl-C stops now)",
+                      file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         pass  # stop reading; the caller still commits and closes
     return count
