@@ -381,6 +381,26 @@ def test_streaming_driver_killed_twice_sink_holds_every_record_once(kafka, spark
 
 # --- found here -----------------------------------------------------------------------------------
 
+def _loading_commits(reader, times: int) -> list:
+    """Make ``reader``'s client answer its first ``times`` OffsetCommits with
+    COORDINATOR_LOAD_IN_PROGRESS (14) on every partition; the rest go to the broker.  Returns
+    the list the intercepted request bodies are appended to."""
+    answered: list = []
+    request = reader.client.request
+
+    def loading(node, api, body, *args, **kw):
+        if api != "OffsetCommit" or len(answered) >= times:
+            return request(node, api, body, *args, **kw)
+        sent = body(9) if callable(body) else body
+        answered.append(sent)
+        return {"throttle_time_ms": 0, "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": 14}
+                                               for p in t["partitions"]]} for t in sent["topics"]]}
+
+    reader.client.request = loading
+    return answered
+
+
 def test_a_commit_is_retried_when_every_partition_finds_the_coordinator_loading(kafka, unique_topic):
     """The first commit of the cluster test above on a fresh Apache Kafka got
     COORDINATOR_LOAD_IN_PROGRESS for both partitions of its topic, and kwire gave up with a
@@ -388,20 +408,8 @@ def test_a_commit_is_retried_when_every_partition_finds_the_coordinator_loading(
     is answered so (for each of two partitions), the rest go to the broker."""
     create(kafka, unique_topic, 2)
     group = unique_topic + "-g"
-    answered = []
     with OffsetReader(ks.parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": unique_topic})) as r:
-        request = r.client.request
-
-        def loading_once(node, api, body, *args, **kw):
-            if api != "OffsetCommit" or answered:
-                return request(node, api, body, *args, **kw)
-            sent = body(9) if callable(body) else body
-            answered.append(sent)
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": 14}
-                                                   for p in t["partitions"]]} for t in sent["topics"]]}
-
-        r.client.request = loading_once
+        answered = _loading_commits(r, 1)
         r.commit(group, {(unique_topic, 0): 5, (unique_topic, 1): 7})
     assert len(answered) == 1 and len(answered[0]["topics"][0]["partitions"]) == 2
     assert committed(kafka, unique_topic, group, 2) == {0: 5, 1: 7}
@@ -414,20 +422,8 @@ def test_a_loading_coordinator_is_waited_for_beyond_the_offset_retries(kafka, un
     request.timeout.ms: here the first 8 OffsetCommits are answered so, then the broker's."""
     create(kafka, unique_topic, 1)
     group = unique_topic + "-g"
-    answered = []
     with OffsetReader(ks.parse_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": unique_topic})) as r:
-        request = r.client.request
-
-        def loading(node, api, body, *args, **kw):
-            if api != "OffsetCommit" or len(answered) >= 8:
-                return request(node, api, body, *args, **kw)
-            sent = body(9) if callable(body) else body
-            answered.append(1)
-            return {"throttle_time_ms": 0, "topics": [
-                {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": 14}
-                                                   for p in t["partitions"]]} for t in sent["topics"]]}
-
-        r.client.request = loading
+        answered = _loading_commits(r, 8)
         r.commit(group, {(unique_topic, 0): 3})
     assert len(answered) == 8
     assert committed(kafka, unique_topic, group, 1) == {0: 3}
