@@ -37,6 +37,7 @@ import uuid
 from pathlib import Path
 
 from bench import harness
+from tests.capture_util import wait_until_written
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")
@@ -44,22 +45,6 @@ RECORDS = harness._env_int("KWIRE_BENCH_DECODE_RECORDS", 200 if SMOKE else 500_0
 VALUE_BYTES = harness._env_int("KWIRE_BENCH_DECODE_VALUE_BYTES", 100)
 ROUNDS = max(1, harness._env_int("KWIRE_BENCH_DECODE_ROUNDS", 1 if SMOKE else 5))
 PARTITIONS = 3
-
-
-def _wait_until_written(port: int, path: Path, timeout_s: float = 10.0) -> None:
-    """Connect to ``port`` until the capture file grows: tcpdump -U writes each packet as it
-    reads it, in order, so everything before the probe is then in the file."""
-    size = max(path.stat().st_size if path.exists() else 0, 24)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            pass
-        settle = time.monotonic() + 0.5
-        while time.monotonic() < settle:
-            if path.exists() and path.stat().st_size > size:
-                return
-            time.sleep(0.01)
-    raise RuntimeError(f"tcpdump wrote no packet to {path} within {timeout_s}s")
 
 
 def _consume(bootstrap: str, topic: str, records: int, timeout_s: float) -> int:
@@ -100,10 +85,10 @@ def make_capture(path: Path, records: int = RECORDS, value_bytes: int = VALUE_BY
             if b"listening on" not in line:
                 proc.wait(timeout=10)
                 raise RuntimeError(f"tcpdump did not start: {(line + proc.stderr.read()).decode(errors='replace')}")
-            _wait_until_written(broker.port, path)
+            wait_until_written(broker.port, path)
             produced = harness.produce_dataset(broker.bootstrap, harness.Dataset(topic, PARTITIONS, records, value_bytes))
             consumed = _consume(broker.bootstrap, topic, records, timeout_s=60 + records / 5000)
-            _wait_until_written(broker.port, path)
+            wait_until_written(broker.port, path)
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)

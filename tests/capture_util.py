@@ -174,3 +174,24 @@ def pcap_records(path) -> list[tuple[int, int, float]]:
         out.append((pos, caplen, sec + usec / 1e6))
         pos += 16 + caplen
     return out
+
+
+def wait_until_written(port: int, path, timeout_s: float = 10.0) -> None:
+    """Open and close a connection to ``port`` until the capture file at ``path`` grows: then
+    the capture is live (at the start) or has written everything before the probe (at the end),
+    since tcpdump -U writes each packet as it reads it, in order.  RuntimeError if it never does."""
+    import time
+    from pathlib import Path
+
+    path = Path(path)
+    size = max(path.stat().st_size if path.exists() else 0, 24)  # 24: the pcap file header
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        settle = time.monotonic() + 0.5
+        while time.monotonic() < settle:
+            if path.exists() and path.stat().st_size > size:
+                return
+            time.sleep(0.01)
+    raise RuntimeError(f"tcpdump wrote no packet to {path} within {timeout_s}s")

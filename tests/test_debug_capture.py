@@ -34,6 +34,7 @@ from kwire.protocol import api as P
 
 from .capture_util import (
     LINK_ETHERNET, LINK_NULL, LINK_RAW, LINK_SLL, LINK_SLL2, CaptureBuilder, pcap_records, record_batch,
+    wait_until_written,
 )
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -68,23 +69,6 @@ def assert_clean(result, connections: set | None = None) -> None:
 
 # --- a real capture ---------------------------------------------------------------------------
 
-def _wait_until_written(port: int, path: Path, timeout_s: float = 10.0) -> None:
-    """Open and close a connection to ``port`` until the capture file grows: then the capture is
-    live (at the start) or has written everything before the probe (at the end), since tcpdump
-    -U writes each packet as it reads it, in order."""
-    size = max(path.stat().st_size if path.exists() else 0, 24)  # 24: the pcap file header
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            pass
-        settle = time.monotonic() + 0.5
-        while time.monotonic() < settle:
-            if path.exists() and path.stat().st_size > size:
-                return
-            time.sleep(0.01)
-    pytest.fail(f"tcpdump wrote no packet to {path} within {timeout_s}s")
-
-
 @contextmanager
 def capturing(port: int, directory: Path):
     """tcpdump on lo, filtered on ``port``; yields the .pcap path."""
@@ -100,9 +84,9 @@ def capturing(port: int, directory: Path):
         if b"listening on" not in line:
             proc.wait(timeout=10)
             pytest.fail(f"tcpdump did not start: {(line + proc.stderr.read()).decode(errors='replace')}")
-        _wait_until_written(port, path)
+        wait_until_written(port, path)
         yield path
-        _wait_until_written(port, path)
+        wait_until_written(port, path)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
