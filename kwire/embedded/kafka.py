@@ -37,6 +37,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable, Sequence
 
 from . import EmbeddedBrokerError, free_port
 
@@ -133,10 +134,13 @@ def kafka_tools_jars(version: str = KAFKA_VERSION) -> Path:
                       stamp=f"kafka-tools {version}")
 
 
-def maven_copy(lib: Path, pom: str, marker_jar: str, *, what: str, stamp: str) -> Path:
+def maven_copy(lib: Path, pom: str, marker_jar: str, *, what: str, stamp: str,
+               exclude_groups: Sequence[str] = (), drop: Callable[[Path], bool] | None = None) -> Path:
     """``lib`` once it holds the runtime dependencies of ``pom`` (copied from Maven Central by
     the dependency plugin into a temporary directory, then moved into place with a stamp file);
-    ``marker_jar`` must be among them.  Every Maven download of kwire.embedded goes through here."""
+    ``marker_jar`` must be among them.  ``exclude_groups``: Maven group ids not to copy;
+    ``drop(jar)``: jars to remove from the copy before it is moved into place.  Every Maven
+    download of kwire.embedded goes through here."""
     if (lib / ".complete").exists():
         return lib
     mvn = shutil.which("mvn")
@@ -151,11 +155,17 @@ def maven_copy(lib: Path, pom: str, marker_jar: str, *, what: str, stamp: str) -
         out = work / "lib"
         cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
                "-DincludeScope=runtime", f"-DoutputDirectory={out}"]
+        if exclude_groups:
+            cmd.insert(-1, f"-DexcludeGroupIds={','.join(exclude_groups)}")
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         if run.returncode != 0 or not (out / marker_jar).exists():
             raise EmbeddedBrokerError(
                 f"downloading {what} from Maven Central failed (exit {run.returncode}): "
                 f"{' '.join(cmd)}\n{(run.stdout + run.stderr)[-3000:]}")
+        if drop is not None:
+            for jar in out.glob("*.jar"):
+                if drop(jar):
+                    jar.unlink()
         (out / ".complete").write_text(stamp + "\n")
         lib.parent.mkdir(parents=True, exist_ok=True)
         if lib.exists():  # a partial copy from an interrupted run

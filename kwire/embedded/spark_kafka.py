@@ -18,15 +18,11 @@ Maven command -- never a skip.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from . import EmbeddedBrokerError
-from .kafka import _DEPENDENCY_PLUGIN, cache_root
+from .kafka import cache_root, maven_copy
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -64,34 +60,11 @@ def spark_kafka_jars(version: str | None = None) -> list[Path]:
 
 
 def _fetch(version: str, lib: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise EmbeddedBrokerError(
-            "Spark's Kafka source comes from Maven Central through Maven, and `mvn` is not on PATH "
-            "(Debian: apt-get install maven; `bash tools/system-deps.sh kafka` does it)")
-    lib.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f"kwire-spark-kafka-{version}-", dir=lib.parent))
-    try:
-        (work / "pom.xml").write_text(_POM.format(spark=version))
-        out = work / "lib"
-        cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-               "-DincludeScope=runtime", f"-DexcludeGroupIds={','.join(_EXCLUDE_GROUPS)}",
-               f"-DoutputDirectory={out}"]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        if run.returncode != 0 or not any(out.glob(f"spark-sql-kafka-0-10_2.13-{version}.jar")):
-            raise EmbeddedBrokerError(
-                f"downloading Spark's Kafka source {version} from Maven Central failed (exit "
-                f"{run.returncode}): {' '.join(cmd)}\n{(run.stdout + run.stderr)[-3000:]}")
-        shipped = _pyspark_jar_names()
-        for jar in out.glob("*.jar"):  # e.g. spark-tags: pyspark has the very same file
-            if jar.name in shipped:
-                jar.unlink()
-        (out / ".complete").write_text(f"spark-sql-kafka-0-10_2.13 {version}\n")
-        if lib.exists():  # a partial copy from an interrupted run
-            shutil.rmtree(lib)
-        os.replace(out, lib)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    shipped = _pyspark_jar_names()
+    maven_copy(lib, _POM.format(spark=version), f"spark-sql-kafka-0-10_2.13-{version}.jar",
+               what=f"Spark's Kafka source {version}", stamp=f"spark-sql-kafka-0-10_2.13 {version}",
+               exclude_groups=_EXCLUDE_GROUPS,
+               drop=lambda jar: jar.name in shipped)  # e.g. spark-tags: pyspark has the very same file
 
 
 def _pyspark_jar_names() -> set[str]:
