@@ -234,8 +234,10 @@ class GroupCoordinator:
 
     # --- the transition table ----------------------------------------------------------------
 
+    _legal = _LEGAL  # the transition table (the KIP-848 member has its own)
+
     def _to(self, new: MemberState, reason: str = "") -> None:
-        if new not in _LEGAL[self.state]:
+        if new not in self._legal[self.state]:
             raise IllegalMemberTransition(f"{self.state.name} -> {new.name} is not allowed ({reason})")
         if new is not self.state:
             log.debug("group %s: %s -> %s %s", self.group_id, self.state.name, new.name, reason)
@@ -430,7 +432,15 @@ class GroupCoordinator:
         self._check_liveness(now_ms)
         out.extend(self._take_pending_leave())
         self._maybe_find_coordinator(now_ms, out)
+        self._membership_poll(now_ms, out)
+        self._maybe_auto_commit(now_ms)
+        self._send_commits(now_ms, out)
+        self._maybe_fetch_initial(now_ms, out)
+        self._send_queries(now_ms, out)
+        return out
 
+    def _membership_poll(self, now_ms: int, out: list) -> None:
+        """The membership protocol's part of poll(): JoinGroup, SyncGroup, Heartbeat, leave."""
         state = self.state
         if state is MemberState.UNJOINED:
             if self._want_membership():
@@ -454,12 +464,6 @@ class GroupCoordinator:
         if self.state is MemberState.LEAVING:
             self._maybe_leave(now_ms, out)
 
-        self._maybe_auto_commit(now_ms)
-        self._send_commits(now_ms, out)
-        self._maybe_fetch_initial(now_ms, out)
-        self._send_queries(now_ms, out)
-        return out
-
     def next_deadline_ms(self) -> int | None:
         """When poll() next has something to do (None: only a response can change things).
         Every deadline here is one poll() acts on, so a past one never stays past."""
@@ -469,15 +473,7 @@ class GroupCoordinator:
         known = self.coordinator_id is not None
         if not known and not self._find_inflight and self._needs_coordinator():
             ds.append(self._find_next_ms)
-        if self.state is MemberState.UNJOINED and self._want_membership():
-            ds.append(0)
-        if known and self.state is MemberState.JOINING and not self._join_inflight:
-            ds.append(self._join_next_ms)
-        if known and self.state in (MemberState.STABLE, MemberState.PREPARING) \
-                and self._generation_valid():
-            if not self._hb_inflight:
-                ds.append(self._hb_next_ms)
-            ds.append(self._last_hb_ok_ms + self.session_timeout_ms + 1)
+        self._membership_deadlines(known, ds)
         if self._generation_valid() and not self.app_in_poll and \
                 self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             ds.append(self.last_app_poll_ms + self.max_poll_interval_ms + 1)
@@ -502,6 +498,18 @@ class GroupCoordinator:
                 all(c.done for c in self._commits.values()) and (known or not self.member_id):
             ds.append(0)
         return min(ds) if ds else None
+
+    def _membership_deadlines(self, known: bool, ds: list) -> None:
+        """The membership protocol's deadlines (``known``: the coordinator is)."""
+        if self.state is MemberState.UNJOINED and self._want_membership():
+            ds.append(0)
+        if known and self.state is MemberState.JOINING and not self._join_inflight:
+            ds.append(self._join_next_ms)
+        if known and self.state in (MemberState.STABLE, MemberState.PREPARING) \
+                and self._generation_valid():
+            if not self._hb_inflight:
+                ds.append(self._hb_next_ms)
+            ds.append(self._last_hb_ok_ms + self.session_timeout_ms + 1)
 
     # --- liveness ------------------------------------------------------------------------------
 
@@ -628,6 +636,10 @@ class GroupCoordinator:
         self._revocation = None
         if getattr(r, "remove", True):
             self.subs.remove_assignment(r.tps)
+        self._after_revocation(r, now_ms)
+
+    def _after_revocation(self, r: _Revocation, now_ms: int) -> None:
+        """What a finished revocation (on_revoke ran, offsets committed) leads to."""
         if r.then == "join":
             if self.state is MemberState.PREPARING:
                 self._go_join(now_ms)
@@ -1228,13 +1240,11 @@ class GroupCoordinator:
     # --- responses -----------------------------------------------------------------------------
 
     def on_response(self, request: Request, response, now_ms: int) -> None:
-        kind = request.context.kind
-        handler = {
-            "find": self._on_find, "join": self._on_join, "sync": self._on_sync,
-            "heartbeat": self._on_heartbeat, "leave": self._on_leave, "commit": self._on_commit,
-            "init_fetch": self._on_init_fetch, "query": self._on_query,
-        }[kind]
-        handler(request, response, now_ms)
+        getattr(self, self._HANDLERS[request.context.kind])(request, response, now_ms)
+
+    _HANDLERS = {"find": "_on_find", "join": "_on_join", "sync": "_on_sync",
+                 "heartbeat": "_on_heartbeat", "leave": "_on_leave", "commit": "_on_commit",
+                 "init_fetch": "_on_init_fetch", "query": "_on_query"}
 
     def _take_pending_leave(self) -> list[Request]:
         """A LeaveGroup owed after max.poll.interval.ms expired (sent without waiting)."""
