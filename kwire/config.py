@@ -133,6 +133,13 @@ PROPERTIES: tuple[Prop, ...] = (
     _p("group.id", "str", None, "Consumer group id.  Required for subscribe() and commits.",
        role=CONSUMER),
     _p("group.instance.id", "str", None, "Static membership id (KIP-345).", role=CONSUMER),
+    _p("group.protocol", "enum", "classic", "Group protocol: classic (JoinGroup/SyncGroup, "
+       "assignors run by the group leader) or consumer (KIP-848: ConsumerGroupHeartbeat, the "
+       "broker assigns; Kafka 4.0+).  With consumer, session.timeout.ms, heartbeat.interval.ms "
+       "and partition.assignment.strategy are the broker's (group.consumer.*) and setting them "
+       "is refused.", role=CONSUMER, choices=("classic", "consumer")),
+    _p("group.remote.assignor", "str", None, "group.protocol=consumer: the broker-side assignor "
+       "to ask for (uniform, range); unset: the broker's default.", role=CONSUMER),
     _p("session.timeout.ms", "int", 45000, "Group session timeout: a member whose heartbeats "
        "stop for this long is removed.", role=CONSUMER, min=1, max=3600000),
     _p("heartbeat.interval.ms", "int", 3000, "Interval between group heartbeats.", role=CONSUMER,
@@ -398,11 +405,20 @@ def parse_config(user: Mapping[str, Any] | None = None, role: str = "consumer", 
         if "heartbeat.interval.ms" in explicit:
             raise ConfigError("invalid value for configuration property 'heartbeat.interval.ms': "
                               "must be lower than session.timeout.ms")
-    if role == CONSUMER and values.get("max.poll.interval.ms", 1) < values.get("session.timeout.ms", 0):
+    if role == CONSUMER and values["group.protocol"] == "classic" and \
+            values.get("max.poll.interval.ms", 1) < values.get("session.timeout.ms", 0):
         # (as librdkafka: the member would be expelled for not polling before its session
         # could even notice it had gone)
         raise ConfigError("invalid value for configuration property 'max.poll.interval.ms': "
                           "must be >= session.timeout.ms")
+    if role == CONSUMER and values["group.protocol"] == "consumer":
+        # (as Kafka's Java consumer and librdkafka: under KIP-848 the broker owns these)
+        for name in ("session.timeout.ms", "heartbeat.interval.ms",
+                     "partition.assignment.strategy"):
+            if name in explicit:
+                raise ConfigError(f"configuration property {name!r} is not supported with "
+                                  "group.protocol=consumer: the broker sets it (group.consumer."
+                                  f"{'assignors' if name.startswith('partition') else name})")
     return Config(values, role, explicit)
 
 

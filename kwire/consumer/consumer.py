@@ -48,6 +48,7 @@ from ..net.metadata import Metadata
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator
 from .fetcher import Fetcher, FetchedChunk
+from .member import ConsumerGroupMember
 from .offsets import READ_COMMITTED, READ_UNCOMMITTED, ListOffsetsResult, PositionManager
 from .subscription import FetchState, ResetStrategy, SubscriptionState
 from .types import (COORDINATOR, COORDINATOR_BROKER, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
@@ -169,8 +170,10 @@ class Consumer:
         now = now_ms()
         self._subs = SubscriptionState(cfg.auto_offset_reset)
         self._group_id = cfg.group_id
-        self._coord = GroupCoordinator(
-            self._subs, group_id=cfg.group_id,
+        member_kw = {"remote_assignor": cfg.group_remote_assignor} \
+            if cfg.group_protocol == "consumer" else {}
+        self._coord = (ConsumerGroupMember if member_kw else GroupCoordinator)(
+            self._subs, group_id=cfg.group_id, **member_kw,
             assignors=[get_assignor(n) for n in cfg.partition_assignment_strategy],
             group_instance_id=cfg.group_instance_id, session_timeout_ms=cfg.session_timeout_ms,
             rebalance_timeout_ms=cfg.max_poll_interval_ms,

@@ -1079,6 +1079,9 @@ class GroupCoordinator:
                               E.UNKNOWN_TOPIC_OR_PARTITION) or (is_retriable(code) and code not in (
                               E.REBALANCE_IN_PROGRESS,)):
                     retry[tp] = om
+                elif code == E.STALE_MEMBER_EPOCH:
+                    # (KIP-848) sent under an older member epoch: again, under the current one
+                    retry[tp] = om
                 elif code == E.REBALANCE_IN_PROGRESS:
                     failure = RebalanceInProgressError(
                         f"commit failed: {broker_error(code)}; commit again after the next poll()")
