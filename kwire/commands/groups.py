@@ -5,6 +5,8 @@
     kwire groups -b localhost:9092                     every group (ListGroups on every broker)
     kwire groups -b localhost:9092 --describe orders   state, protocol, members, and each member's
                                                        subscription and assignment, decoded
+                                                       (KIP-848 groups: ConsumerGroupDescribe, with
+                                                       member epochs and target assignments)
     kwire offsets -b localhost:9092 --group orders     committed offset, log start, end, lag
 
 A group's requests go to its coordinator (FindCoordinator).  Member metadata and assignments
@@ -79,6 +81,26 @@ def describe_group(net, node: int, group: str, deadline: _Deadline) -> dict | No
         if g["group_id"] == group:
             return g
     raise CommandError(f"DescribeGroups answered without group {group!r}")
+
+
+def describe_consumer_group(net, node: int, group: str, deadline: _Deadline) -> dict | None:
+    """The ConsumerGroupDescribe entry for a KIP-848 group; None when the coordinator has no
+    ConsumerGroupDescribe, or ``group`` is not such a group (a classic one, or none)."""
+    try:
+        resp = net.request(node, "ConsumerGroupDescribe",
+                           {"group_ids": [group], "include_authorized_operations": False},
+                           deadline.left_ms())
+    except UnsupportedVersionError:
+        return None
+    for g in resp["groups"]:
+        if g["group_id"] == group:
+            # (GROUP_ID_NOT_FOUND: no such group, or a classic one -- DescribeGroups says which)
+            if g["error_code"] == _GROUP_ID_NOT_FOUND:
+                return None
+            if g["error_code"]:
+                raise CommandError(f"group {group!r}: {for_code(g['error_code'], g.get('error_message'))}")
+            return g
+    raise CommandError(f"ConsumerGroupDescribe answered without group {group!r}")
 
 
 def listed_groups(net, node: int, deadline: _Deadline) -> list[dict] | None:
@@ -315,6 +337,9 @@ def _describe(args, net, deadline: _Deadline) -> int:
     group = args.describe
     net.refresh_metadata([], deadline.left_ms())
     coordinator = find_coordinator(net, group, deadline)
+    kip848 = describe_consumer_group(net, coordinator.node_id, group, deadline)
+    if kip848 is not None:
+        return _describe_kip848(args, group, coordinator, kip848)
     desc = describe_group(net, coordinator.node_id, group, deadline)
     if desc is None:
         raise CommandError(f"the coordinator of group {group!r} (node {coordinator.node_id}) "
@@ -349,6 +374,55 @@ def _describe(args, net, deadline: _Deadline) -> int:
     out.table(["member", "client id", "host", "instance", "subscribed", "owned", "assigned"], rows)
     if all(m["subscription"] is None and m["assignment"] is None for m in members):
         out.line("(the coordinator sent no member metadata or assignments)")
+    return 0
+
+
+def _assignment_json(a: dict | None) -> list[dict]:
+    return [{"topic": t["topic_name"], "topic_id": str(t["topic_id"]),
+             "partitions": sorted(t["partitions"])}
+            for t in sorted((a or {}).get("topic_partitions", ()), key=lambda t: t["topic_name"])]
+
+
+def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: dict) -> int:
+    """A KIP-848 group (ConsumerGroupDescribe): epochs, the assignor the broker runs, and each
+    member's subscription, current assignment and target assignment."""
+    members = [{
+        "member_id": m["member_id"], "group_instance_id": m.get("instance_id"),
+        "rack_id": m.get("rack_id"), "member_epoch": m["member_epoch"],
+        "client_id": m["client_id"], "client_host": m["client_host"],
+        "subscribed_topics": sorted(m.get("subscribed_topic_names") or ()),
+        "subscribed_regex": m.get("subscribed_topic_regex") or None,
+        "assignment": _assignment_json(m.get("assignment")),
+        "target_assignment": _assignment_json(m.get("target_assignment")),
+        "member_type": {0: "classic", 1: "consumer"}.get(m.get("member_type", -1)),
+    } for m in sorted(g["members"], key=lambda m: m["member_id"])]
+    result = {"group": group, "state": g["group_state"], "protocol_type": "consumer",
+              "group_protocol": "consumer", "assignor": g["assignor_name"] or None,
+              "group_epoch": g["group_epoch"], "assignment_epoch": g["assignment_epoch"],
+              "coordinator": {"node_id": coordinator.node_id, "host": coordinator.host,
+                              "port": coordinator.port},
+              "members": members}
+    out = Out()
+    if args.format == "json":
+        out.json(result)
+        return 0
+    out.line(f"group {group}  state {g['group_state']}  protocol consumer (KIP-848)  assignor "
+             f"{g['assignor_name'] or '-'}  group epoch {g['group_epoch']}  assignment epoch "
+             f"{g['assignment_epoch']}  coordinator {coordinator.node_id} ({coordinator.address})  "
+             f"members {len(members)}")
+    if not members:
+        return 0
+    out.line()
+    rows = []
+    for m in members:
+        subscribed = m["subscribed_regex"] and f"/{m['subscribed_regex']}/" or cell(m["subscribed_topics"])
+        target = _tps_text(m["target_assignment"])
+        rows.append([m["member_id"], m["member_epoch"], m["client_id"], m["client_host"],
+                     m["group_instance_id"], subscribed, _tps_text(m["assignment"]),
+                     "=" if m["target_assignment"] == m["assignment"] else target])
+    out.table(["member", "epoch", "client id", "host", "instance", "subscribed", "assigned",
+               "target"], rows, right=("epoch",))
+    out.line("(target \"=\": the member owns its target assignment)")
     return 0
 
 

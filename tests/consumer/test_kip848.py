@@ -452,3 +452,42 @@ def test_an_unknown_remote_assignor_is_fatal(kafka, unique_topic, create_topic):
             c.poll(0.2)
     assert c._coord.state is MemberState.UNJOINED
     c.close()
+
+
+def test_cli_describes_a_kip848_group(kafka, unique_topic, create_topic, capsys):
+    """kwire groups --describe of a KIP-848 group: ConsumerGroupDescribe's epochs, the broker's
+    assignor, each member's subscription, assignment and target; kwire offsets of it."""
+    from kwire.cli import main
+
+    create_topic(kafka, unique_topic, 2)
+    produce(kafka, unique_topic, [b"x%d" % i for i in range(10)], partition=0)
+    group = f"g-{unique_topic}"
+    journal: list = []
+    m = Member("m", kafka, group, [unique_topic], journal=journal,
+               **{"group.remote.assignor": "range", "client.id": "kip848-cli"})
+    try:
+        wait_for(lambda: len(m.owned()) == 2 and
+                 sum(1 for e in list(journal) if e[2] == "record") == 10, "the member reads all")
+        m.c.commit(asynchronous=False)
+        assert main(["groups", "-b", kafka.bootstrap, "--describe", group, "--format", "json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert (d["state"], d["group_protocol"], d["assignor"]) == ("Stable", "consumer", "range")
+        assert d["group_epoch"] >= 1 and d["assignment_epoch"] == d["group_epoch"]
+        (mem,) = d["members"]
+        assert mem["member_id"] == m.c._coord.member_id and mem["client_id"] == "kip848-cli"
+        assert mem["member_epoch"] == m.c._coord.member_epoch and mem["member_type"] == "consumer"
+        assert mem["subscribed_topics"] == [unique_topic] and mem["subscribed_regex"] is None
+        assert mem["assignment"] == mem["target_assignment"] == [
+            {"topic": unique_topic, "topic_id": mem["assignment"][0]["topic_id"], "partitions": [0, 1]}]
+
+        assert main(["groups", "-b", kafka.bootstrap, "--describe", group]) == 0
+        text = capsys.readouterr().out
+        assert "protocol consumer (KIP-848)  assignor range" in text.splitlines()[0]
+        assert f"{unique_topic}:0,1" in text and "kip848-cli" in text
+
+        assert main(["offsets", "-b", kafka.bootstrap, "-g", group, "--format", "json"]) == 0
+        o = json.loads(capsys.readouterr().out)
+        assert [(r["partition"], r["committed"], r["end"], r["lag"]) for r in o["partitions"]] == \
+            [(0, 10, 10, 0)]
+    finally:
+        m.close()
