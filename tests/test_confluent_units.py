@@ -243,8 +243,13 @@ def test_consumer_construction_errors():
     with pytest.raises(KafkaException) as e:
         ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "session.timeout.ms": "abc"})
     assert e.value.args[0].code() == KafkaError._INVALID_ARG
-    with pytest.raises(KafkaException, match="classic"):
-        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "group.protocol": "consumer"})
+    with pytest.raises(KafkaException, match="group.protocol"):
+        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "group.protocol": "eager"})
+    with pytest.raises(KafkaException, match="session.timeout.ms"):  # the broker's, under KIP-848
+        ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "group.protocol": "consumer",
+                     "session.timeout.ms": 10000})
+    c = ck.Consumer({"bootstrap.servers": NOWHERE, "group.id": "g", "group.protocol": "consumer"})
+    c.close()
 
 
 def test_consumer_accepts_common_librdkafka_keys():

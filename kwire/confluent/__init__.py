@@ -12,7 +12,7 @@ What differs from confluent-kafka, and why:
 * The Producer's default partitioner is librdkafka's consistent_random (kwire's own Producer
   defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
-  them with the reason); ``group.protocol=consumer`` (KIP-848) and transactions are refused.
+  them with the reason); transactions are refused.  ``group.protocol=consumer`` is KIP-848.
 * ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).
 * Not provided: the schema registry and its serializers, ``purge()``,
   ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and

@@ -6,7 +6,7 @@ This module handles the rest of what confluent-kafka programs commonly pass:
 * keys the adapter implements itself (callbacks, statistics, ``log_level``);
 * keys that only tune librdkafka's internals, which kwire has no counterpart for: accepted and
   ignored (:data:`NO_OPS`, each with the reason);
-* ``group.protocol``: ``classic`` is what kwire speaks; ``consumer`` (KIP-848) is refused.
+* ``group.protocol``: ``classic`` (the default) or ``consumer`` (KIP-848), as kwire's own.
 
 Anything else unknown is refused as confluent-kafka refuses it: KafkaException(_INVALID_ARG).
 """
@@ -73,7 +73,7 @@ _ALIASES = {"auto.commit.enable": "enable.auto.commit"}  # librdkafka's topic-le
 
 # Implemented by the adapter (the Consumer/Producer classes read them from ``extra``).
 ADAPTER_KEYS = ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "stats_cb",
-                "statistics.interval.ms", "log_level", "group.protocol", "logger")
+                "statistics.interval.ms", "log_level", "logger")
 
 
 NO_BROKERS = "127.0.0.1:0"
@@ -111,11 +111,6 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
             kconf[k] = v
         else:
             raise _invalid(f'No such configuration property: "{k}"')
-    gp = str(extra.get("group.protocol", "classic")).lower()
-    if gp != "classic":
-        raise _invalid(f'Invalid value "{extra["group.protocol"]}" for configuration property '
-                       '"group.protocol": kwire implements the classic group protocol only '
-                       "(KIP-848's consumer protocol is not supported)")
     for name in ("error_cb", "on_commit", "on_delivery", "dr_cb", "dr_msg_cb", "stats_cb"):
         if extra.get(name) is not None and not callable(extra[name]):
             raise TypeError(f"expected {name} property as a callable function")
