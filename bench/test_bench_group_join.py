@@ -72,7 +72,10 @@ c.close()
 
 
 def _member(client: str, bootstrap: str, group: str, topic: str) -> subprocess.Popen:
-    env = {**os.environ, "KWIRE_ROOT": str(ROOT)}
+    # (bytecode cached as a pip-installed package has it: compiling kwire's sources in every
+    # fresh process would be a cost users do not pay)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["KWIRE_ROOT"] = str(ROOT)
     return subprocess.Popen([sys.executable, "-c", MEMBER, client, bootstrap, group,
                              repr(time.time()), topic], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
