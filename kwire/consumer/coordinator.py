@@ -1117,13 +1117,18 @@ class GroupCoordinator:
             by_topic.setdefault(topic, []).append(partition)
         topics = [{"name": t, "topic_id": self._topic_ids.get(t), "partition_indexes": ps}
                   for t, ps in by_topic.items()]
+        member_id, member_epoch = self._offset_fetch_member()
         body = {"group_id": self.group_id, "topics": topics, "require_stable": True,
-                "groups": [{"group_id": self.group_id, "member_id": None, "member_epoch": -1,
-                            "topics": topics}]}
+                "groups": [{"group_id": self.group_id, "member_id": member_id,
+                            "member_epoch": member_epoch, "topics": topics}]}
         max_version = None if self._topic_ids_complete(by_topic) else 9
         return Request(COORDINATOR_BROKER, "OffsetFetch", lambda v: body, max_version=max_version,
                        timeout_ms=self.request_timeout_ms,
                        context=self._ctx(kind, payload), owner=self)
+
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
+        return None, -1
 
     def _parse_offset_fetch(self, resp: dict) -> tuple[int, dict]:
         """(group error code, {tp: (offset, leader_epoch, metadata, error_code)})."""
@@ -1169,7 +1174,7 @@ class GroupCoordinator:
             self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
             if code in _COORDINATOR_GONE:
                 self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
-            elif code != E.COORDINATOR_LOAD_IN_PROGRESS:
+            elif code not in (E.COORDINATOR_LOAD_IN_PROGRESS, E.STALE_MEMBER_EPOCH):
                 self._actions.append(ErrorAction(broker_error(code)))
             return
         retry = False
@@ -1224,7 +1229,7 @@ class GroupCoordinator:
         if code != 0:
             if code in _COORDINATOR_GONE:
                 self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
-            if code in _COORDINATOR_GONE or is_retriable(code):
+            if code in _COORDINATOR_GONE or is_retriable(code) or code == E.STALE_MEMBER_EPOCH:
                 q.next_try_ms = now_ms + self.retry_backoff_ms
                 return
             self._queries.remove(q)

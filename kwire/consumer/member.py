@@ -373,6 +373,13 @@ class ConsumerGroupMember(GroupCoordinator):
             return  # _maybe_reconcile goes on with the partitions arriving
         super()._after_revocation(r, now_ms)
 
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        # (KIP-848: a member's look-up names it, so the broker answers with what is stable for
+        # its epoch -- STALE_MEMBER_EPOCH otherwise, and the look-up is sent again)
+        if self.subs.is_auto and self.generation > 0:
+            return self.member_id, self.generation
+        return None, -1
+
     def _can_commit_now(self) -> bool:
         return self.state in (MemberState.STABLE, MemberState.LEAVING) and self.generation > 0
 

@@ -213,3 +213,21 @@ def test_broker_regex_keeps_kwire_prefix_semantics():
     subs.subscribe(["^orders\\..*", "^logs", "plain.name-1"])
     assert broker_regex(subs.topics, subs.patterns) == \
         "(?:orders\\..*).*|(?:logs).*|plain\\.name-1"
+
+
+def test_offset_fetch_names_the_member_and_retries_a_stale_epoch():
+    m = member()
+    find(m)
+    answer(m, heartbeat(m, 0), 0, epoch=1, assignment={T1: [0]})
+    (f,) = [r for r in m.poll(10) if r.api == "OffsetFetch"]
+    m.drain_actions()
+    g = f.body(9)["groups"][0]
+    assert (g["member_id"], g["member_epoch"]) == (m.member_id, 1)
+    m.on_response(f, {"groups": [{"group_id": "g", "error_code": 113, "topics": []}]}, 10)
+    assert m.drain_actions() == []  # no error for the application: asked again
+    (again,) = [r for r in m.poll(200) if r.api == "OffsetFetch"]
+    m.on_response(again, {"groups": [{"group_id": "g", "error_code": 0, "topics": [
+        {"name": "a", "partitions": [{"partition_index": 0, "committed_offset": 7,
+                                      "committed_leader_epoch": -1, "metadata": "",
+                                      "error_code": 0}]}]}]}, 200)
+    assert m.subs.state(("a", 0)).position.offset == 7
