@@ -846,3 +846,81 @@ def test_group_offsets_committed_in_a_recreated_topic(spark, peer, unique_topic,
             ks.read_kafka(spark, **kw)
     else:
         assert offsets_of(ks.read_kafka(spark, **kw)) == {0: list(range(20))}
+
+
+# --- map_kafka_arrow: the user's Arrow function inside the read task ------------------------------
+
+def _per_partition(batches):
+    """(partition, records, sum of offsets, the values) per partition seen."""
+    import pyarrow as pa
+
+    acc: dict = {}
+    for b in batches:
+        assert b.schema.names == ["partition", "offset", "value"]  # exactly the columns asked for
+        for p, o, v in zip(*(b.column(i).to_pylist() for i in range(3))):
+            e = acc.setdefault(p, [0, 0, []])
+            e[0] += 1
+            e[1] += o
+            e[2].append(v)
+    yield pa.RecordBatch.from_pydict(
+        {"partition": list(acc), "n": [e[0] for e in acc.values()],
+         "offsets": [e[1] for e in acc.values()], "values": [e[2] for e in acc.values()]})
+
+
+_PER_PARTITION_DDL = "partition long, n long, offsets long, values array<binary>"
+
+
+def test_map_kafka_arrow_hands_the_read_batches_to_the_function(spark, any_kafka_peer, unique_topic):
+    peer = any_kafka_peer
+    create(peer, unique_topic, 3)
+    produce(peer, unique_topic, [(i % 3, None, b"v%d" % i, None) for i in range(60)])
+    df = ks.map_kafka_arrow(spark, _per_partition, _PER_PARTITION_DDL,
+                            columns=["partition", "offset", "value"], **options(peer, unique_topic))
+    assert "_per_partition over kwire[" in df._jdf.queryExecution().toString()
+    rows = {r.partition: (r.n, r.offsets, r["values"]) for r in df.collect()}
+    assert rows == {p: (20, sum(range(20)), [b"v%d" % i for i in range(p, 60, 3)]) for p in range(3)}
+    with pytest.raises(ConfigError, match="no column.*nope"):
+        ks.map_kafka_arrow(spark, _per_partition, _PER_PARTITION_DDL, columns=["nope"],
+                           **options(peer, unique_topic))
+
+
+def _stop_after_first_batch(batches):
+    import pyarrow as pa
+
+    first = next(iter(batches), None)
+    yield pa.RecordBatch.from_pydict({"n": [0 if first is None else first.num_rows]})
+
+
+def _fail_in_function(batches):
+    for _ in batches:
+        raise ValueError("boom in the user's function")
+    yield from ()
+
+
+def test_map_kafka_arrow_commits_only_after_the_function_read_everything(spark, peer, unique_topic):
+    """commitToGroup through map_kafka_arrow: a function that fails, or stops before the end of
+    its ranges, commits nothing; one that reads everything commits the planned ends."""
+    group = unique_topic + "-g"
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 10)
+    opts = options(peer, unique_topic, commitToGroup=group, startingOffsets="earliest")
+    nothing = {(unique_topic, 0): None, (unique_topic, 1): None}
+
+    failing = ks.map_kafka_arrow(spark, _fail_in_function, "n long", **opts)
+    with pytest.raises(Exception, match="boom in the user's function"):
+        failing.collect()
+    stopping = ks.map_kafka_arrow(spark, _stop_after_first_batch, "n long", **opts)
+    assert sum(r.n for r in stopping.collect()) > 0
+    settle(failing, 1)
+    settle(stopping, 1)
+    assert committed(peer, unique_topic, group, 2) == nothing
+
+    counting = ks.map_kafka_arrow(
+        spark, lambda bs: iter([__import__("pyarrow").RecordBatch.from_pydict(
+            {"n": [sum(b.num_rows for b in bs)]})]), "n long", **opts)
+    assert len(counting.limit(1).collect()) == 1  # a partial action: the function read all, still
+    settle(counting, 1)
+    assert committed(peer, unique_topic, group, 2) == nothing
+    assert sum(r.n for r in counting.collect()) == 20
+    assert ks.await_commit(counting, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
+    assert committed(peer, unique_topic, group, 2) == {(unique_topic, 0): 10, (unique_topic, 1): 10}

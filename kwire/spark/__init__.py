@@ -29,7 +29,8 @@ from .logs import route_worker_logs
 route_worker_logs()  # in a Python worker Spark started: kwire.spark's lines to its stderr
 
 from .executors import check_executors
-from .dataframe import PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, read_kafka
+from .dataframe import (PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, map_kafka_arrow,
+                        read_kafka)
 from .options import OffsetSpec, SourceOptions, parse_options
 from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .planner import DataLossError, OffsetRange, Plan, pack_ranges, plan_ranges, split_ranges
@@ -37,7 +38,7 @@ from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_cl
 from .schema import kafka_schema, kafka_schema_ddl
 
 __all__ = [
-    "read_kafka", "kafka_rdd", "kafka_arrow_rdd", "register", "await_commit", "PendingCommit",
+    "read_kafka", "map_kafka_arrow", "kafka_rdd", "kafka_arrow_rdd", "register", "await_commit", "PendingCommit",
     "parse_options", "SourceOptions", "OffsetSpec",
     "OffsetRange", "Plan", "plan_ranges", "split_ranges", "pack_ranges", "DataLossError",
     "KafkaRow", "KafkaRowWithHeaders", "ReadSettings", "close_cached_clients",

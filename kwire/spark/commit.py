@@ -91,12 +91,15 @@ def progress_param():
 
 
 def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
-                   observed_records: int | None, observed_fingerprint: int | None) -> str | None:
+                   observed_records: int | None, observed_fingerprint: int | None, *,
+                   records_observed: bool = True) -> str | None:
     """None when the action read every planned range in full; else why not (pure).
 
     ``reports``: the executors' ``(topic, partition, from, until, records, fingerprint)``;
     ``observed_*``: the action's observed record count and XOR of fingerprints (None: no row
-    was observed).
+    was observed).  Without ``records_observed`` (map_kafka_arrow: the records never reach
+    the JVM; the user's function took every batch of a range it reported) only the reports
+    count.
     """
     by_range: dict[RangeKey, set] = {}
     for t, p, a, b, n, fp in reports:
@@ -119,6 +122,8 @@ def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
     if unread:
         more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
         return f"no action has read {', '.join(unread[:3])}{more} to its end"
+    if not records_observed:
+        return None
     seen_n = observed_records or 0
     seen_fp = observed_fingerprint or 0
     if seen_n != want_n or seen_fp != want_fp:
@@ -127,10 +132,14 @@ def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
     return None
 
 
-def observe_for_commit(df, name: str):
-    """``df`` observed under ``name``: the record count and the XOR of fingerprints."""
+def observe_for_commit(df, name: str, *, records: bool = True):
+    """``df`` observed under ``name``: the record count and the XOR of fingerprints -- or,
+    without ``records`` (rows that are not Kafka records), only the row count, so the listener
+    still hears of each action."""
     from pyspark.sql import functions as F
 
+    if not records:
+        return df.observe(name, F.count(F.lit(1)).alias("rows"), F.lit(None).cast("long").alias("none"))
     fingerprint = F.col("offset").bitwiseXOR(F.shiftleft(F.col("partition").cast("long"), FINGERPRINT_SHIFT))
     return df.observe(name, F.count(F.lit(1)).alias("records"), F.bit_xor(fingerprint).alias("fingerprint"))
 
@@ -175,8 +184,10 @@ class PendingCommit:
     """
 
     def __init__(self, options: SourceOptions, offsets: Mapping[tuple[str, int], int], *,
-                 planned: list[OffsetRange] | None = None, progress=None, spark=None, name: str | None = None):
+                 planned: list[OffsetRange] | None = None, progress=None, spark=None, name: str | None = None,
+                 records_observed: bool = True):
         self.options = options
+        self.records_observed = records_observed
         self.group = options.commit_group
         self.offsets = dict(offsets)
         self.planned = list(planned or [])
@@ -262,7 +273,8 @@ class PendingCommit:
         if partial:
             why = f"it has a {partial} (a partial action: show, take, head, limit, first, tail, sample)"
         else:
-            why = check_complete(self.planned, self._progress.value, records, fingerprint)
+            why = check_complete(self.planned, self._progress.value, records, fingerprint,
+                                 records_observed=self.records_observed)
         if why is None:
             return True
         self.reason = f"the last action ({func}) succeeded, but {why}: nothing committed yet"
@@ -279,13 +291,14 @@ class PendingCommit:
 
 
 def commit_after_full_read(spark, df, options: SourceOptions, end: Mapping, planned: list[OffsetRange],
-                           progress) -> Any:
-    """``df`` observed, carrying its :class:`PendingCommit` as ``df.kwire_commit``."""
+                           progress, *, records: bool = True) -> Any:
+    """``df`` observed, carrying its :class:`PendingCommit` as ``df.kwire_commit``.
+    ``records``: the rows of ``df`` are the records read (False: what a function made of them)."""
     if not any(r.until_offset > r.from_offset for r in planned):
         df.kwire_commit = PendingCommit(options, end)
         return df
     name = f"kwire-commit-{uuid.uuid4().hex}"
-    observed = observe_for_commit(df, name)
+    observed = observe_for_commit(df, name, records=records)
     observed.kwire_commit = PendingCommit(options, end, planned=planned, progress=progress, spark=spark,
-                                          name=name)
+                                          name=name, records_observed=records)
     return observed

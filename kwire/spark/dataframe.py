@@ -33,7 +33,7 @@ from .planner import OffsetRange, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
 
-__all__ = ["read_kafka", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "PendingCommit"]
+__all__ = ["read_kafka", "map_kafka_arrow", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "PendingCommit"]
 
 _log = logging.getLogger("kwire.spark")
 
@@ -60,6 +60,26 @@ class _ArrowTaskGroups:
             for i in batch.column(0).to_pylist():
                 for r in self.groups[i]:
                     yield from read_range_arrow(self.settings, r, schema)
+
+
+class _FusedArrowTaskGroups(_ArrowTaskGroups):
+    """The ``mapInArrow`` function of :func:`map_kafka_arrow`: task ``i`` reads task group
+    ``i`` and hands the batches straight to the user's function in the same Python worker --
+    the records never cross to the JVM and back before the user's code sees them."""
+
+    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]], func,
+                 columns: tuple[str, ...] | None):
+        super().__init__(settings, groups)
+        self.func = func
+        self.columns = columns
+        self.__name__ = f"{getattr(func, '__name__', 'func')} over {self.__name__}"
+
+    def __call__(self, batches):
+        kafka_batches = super().__call__(batches)
+        if self.columns is not None:
+            columns = list(self.columns)
+            kafka_batches = (b.select(columns) for b in kafka_batches)
+        yield from self.func(kafka_batches)
 
 
 def describe_ranges(ranges: list[OffsetRange], limit: int = 4) -> str:
@@ -170,16 +190,9 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
     if reader == "auto":
         reader = ("mapInArrow" if _have("pyarrow") and _have("pandas")
                   else "datasource" if _data_source_available(spark) else "rows")
-    with OffsetReader(opts) as offsets:
-        plan, _ = offsets.plan_batch()
-    check_executors(spark)
-    settings = ReadSettings.from_options(opts)
+    plan, settings, progress = _plan_batch(spark, opts)
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
-    progress = None
-    if opts.commit_group:  # the read tasks report each range they read to its end
-        progress = sc.accumulator(frozenset(), progress_param())
-        settings = dataclasses.replace(settings, progress=progress)
     if reader == "datasource":
         from .datasource import PLANNED_RANGES_OPTION, PROGRESS_OPTION, register_once
 
@@ -201,6 +214,52 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
         df = spark.createDataFrame(rdd, schema)
     if opts.commit_group:
         df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress)
+    return df
+
+
+def _plan_batch(spark, opts) -> tuple[Any, ReadSettings, Any]:
+    """Plan a batch read on the driver: (plan, executor settings, progress accumulator or
+    None -- with commitToGroup, the read tasks report each range they read to its end)."""
+    with OffsetReader(opts) as offsets:
+        plan, _ = offsets.plan_batch()
+    check_executors(spark)
+    settings = ReadSettings.from_options(opts)
+    progress = None
+    if opts.commit_group:
+        progress = spark.sparkContext.accumulator(frozenset(), progress_param())
+        settings = dataclasses.replace(settings, progress=progress)
+    return plan, settings, progress
+
+
+def map_kafka_arrow(spark, func, schema, *, columns: Iterable[str] | None = None, **options: Any):
+    """``func`` over the records the options select, inside the read tasks: a DataFrame of
+    what ``func`` yields, in ``schema`` (a DDL string or StructType).
+
+    As ``read_kafka(spark, **options).select(*columns).mapInArrow(func, schema)``, but each
+    task gives the Arrow batches it reads straight to ``func`` in the same Python worker:
+    the records do not go to the JVM and back to a second Python stage first.  ``func`` gets
+    an iterator of ``pyarrow.RecordBatch`` es in Spark's Kafka schema (only ``columns``, in
+    that order, when given) and yields RecordBatches of ``schema``, as for ``mapInArrow``.
+
+    Planning and options are read_kafka's.  With ``commitToGroup``, offsets are committed
+    after an action over the result succeeded, with no partial operator (limit, take, show,
+    sample ...), and ``func`` took every batch of every planned range (the tasks report a
+    range once ``func`` has pulled its last batch: a ``func`` that stops early, or fails,
+    commits nothing).  Needs pyarrow and pandas (as ``mapInArrow`` does).
+    """
+    opts = parse_options(options, streaming=False)
+    plan, settings, progress = _plan_batch(spark, opts)
+    groups = task_groups(plan.ranges, opts.max_partitions)
+    if columns is not None:
+        columns = tuple(columns)
+        unknown = set(columns) - set(kafka_schema(opts.include_headers).fieldNames())
+        if unknown:
+            raise ConfigError(f"map_kafka_arrow: no column(s) {', '.join(sorted(unknown))} in "
+                              "Spark's Kafka schema")
+    task = _FusedArrowTaskGroups(settings, groups, func, columns)
+    df = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(task, schema)
+    if opts.commit_group:
+        df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
     return df
 
 
