@@ -7,6 +7,8 @@ Contenders (:data:`CONTENDERS`):
 * ``kwire-df``          ``kwire.spark.read_kafka(spark, ...)``: kwire's default DataFrame path
                         (plans on the driver, reads through its Data Source)
 * (``kwire-df-mapinarrow``, not in the default list: ``read_kafka(..., reader="mapInArrow")``)
+* ``kwire-fused``       ``kwire.spark.map_kafka_arrow(spark, func, schema, ...)``: the workload's
+                        Arrow function runs inside the read task (no JVM round trip first)
 * ``kwire-datasource``  ``spark.read.format("kwire")`` after ``kwire.spark.register(spark)``
 * ``kwire-arrow-rdd``   ``kwire.spark.kafka_arrow_rdd`` over ranges kwire's offset reader plans
 * ``spark-kafka``       Spark's own Kafka source, ``spark.read.format("kafka")`` with
@@ -41,7 +43,7 @@ T_START = time.time()  # as early as this process can note it (the parent notes 
 from pathlib import Path  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parent.parent)
-CONTENDERS = ("kwire-df", "kwire-datasource", "kwire-arrow-rdd", "spark-kafka", "confluent-rdd")
+CONTENDERS = ("kwire-df", "kwire-fused", "kwire-datasource", "kwire-arrow-rdd", "spark-kafka", "confluent-rdd")
 WORKLOADS = ("count", "agg")
 KEYS = 100                 # record i has key b"k%02d" % (i % KEYS)
 INT_MOD = 1000             # and a value starting with b"%010d" % (i % INT_MOD)
@@ -140,6 +142,14 @@ def agg_arrow_partition(batches):
 
 def count_arrow_partition(batches):
     yield sum(b.num_rows for b in batches)
+
+
+def count_arrow(batches):
+    """map_kafka_arrow: the records' count as one batch."""
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]},
+                                     schema=pa.schema([("n", pa.int64())]))
 
 
 def merge(rows) -> dict[bytes, tuple[int, int]]:
@@ -244,6 +254,13 @@ def define(spark, contender: str, workload: str, bootstrap: str, topic: str, end
         if workload == "count":
             return df.count
         partial = df.select("key", "value").mapInArrow(agg_arrow, AGG_DDL)
+        return lambda: merge((r["key"], r["n"], r["total"]) for r in partial.collect())
+    if contender == "kwire-fused":
+        import kwire.spark as ks
+        if workload == "count":
+            counts = ks.map_kafka_arrow(spark, count_arrow, "n long", columns=["offset"], **opts)
+            return lambda: sum(r["n"] for r in counts.collect())
+        partial = ks.map_kafka_arrow(spark, agg_arrow, AGG_DDL, columns=["key", "value"], **opts)
         return lambda: merge((r["key"], r["n"], r["total"]) for r in partial.collect())
     sc = spark.sparkContext
     if contender == "kwire-arrow-rdd":
