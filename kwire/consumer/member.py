@@ -204,9 +204,9 @@ class ConsumerGroupMember(GroupCoordinator):
         send_subscription = full or subscription != self._sent_subscription
         send_owned = full or (self._revocation is None and owned != self._sent_owned)
         names, regex = subscription
-        if send_subscription and regex is None and self._sent_subscription is not None and \
-                self._sent_subscription[1] is not None:
-            regex = ""  # drop the regex the broker has
+        if send_subscription and regex is None and (full or (
+                self._sent_subscription is not None and self._sent_subscription[1] is not None)):
+            regex = ""  # no regex (and drop one the broker has), as librdkafka says it
         if send_subscription and names is None:
             names = ()
         epoch = 0 if joining else self.generation
@@ -290,6 +290,11 @@ class ConsumerGroupMember(GroupCoordinator):
         if interval > 0:
             self.heartbeat_interval_ms = interval
         self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        if epoch <= 0:
+            # Not a member yet (librdkafka's mock cluster answers a join with epoch 0 until it
+            # has an assignment): the next heartbeat joins again, every field.
+            self._send_all = True
+            return
         if ctx.extra["subscription"] is not None:
             self._sent_subscription = ctx.extra["subscription"]
         if ctx.extra["owned"] is not None:

@@ -203,6 +203,37 @@ def test_members_split_and_rebalance_incrementally(kafka, unique_topic, create_t
     assert a_revokes and all(len(w) < 6 for w in a_revokes[:-1]), a_revokes  # only the last is close()
 
 
+@pytest.fixture(params=["kafka", "mock_cluster"])
+def kip848_peer(request):
+    """Apache Kafka 4.3 and librdkafka's mock cluster (its KIP-848 coordinator is librdkafka's
+    own test double: a second, independent implementation of the broker side)."""
+    return request.getfixturevalue(request.param)
+
+
+def test_two_members_split_then_one_leaves(kip848_peer, unique_topic, create_topic):
+    peer = kip848_peer
+    n = create_topic(peer, unique_topic, 4)
+    for p in range(n):
+        produce(peer, unique_topic, [b"%d-%d" % (p, i) for i in range(100)], partition=p)
+    group = f"g-{unique_topic}"
+    journal: list = []
+    a = Member("a", kafka=peer, group=group, topics=[unique_topic], journal=journal,
+               **{"enable.auto.commit": False})
+    wait_for(lambda: len(a.owned()) == n, "a owns every partition")
+    b = Member("b", kafka=peer, group=group, topics=[unique_topic], journal=journal,
+               **{"enable.auto.commit": False})
+    wait_for(lambda: a.owned() and b.owned() and len(a.owned()) + len(b.owned()) == n, "a and b share")
+    assert not set(a.owned()) & set(b.owned())
+    b.close()
+    wait_for(lambda: len(a.owned()) == n, "a owns every partition again")
+    wait_for(lambda: {w[:2] for _, _, k, w in list(journal) if k == "record"} >=
+             {(unique_topic, p) for p in range(n)}, "records of every partition")
+    a.close()
+    records = assert_one_owner_at_a_time(journal)
+    assert {(t, p, o) for _, _, (t, p, o) in records} == \
+        {(unique_topic, p, o) for p in range(n) for o in range(100)}
+
+
 def test_kwire_and_librdkafka_members_share_a_group(kafka, unique_topic, create_topic):
     """A kwire member and a confluent-kafka (librdkafka) member with group.protocol=consumer
     split the partitions between them and together read every record once."""

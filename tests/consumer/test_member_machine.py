@@ -65,6 +65,7 @@ def test_join_heartbeat_carries_every_field_then_only_changes():
     body = req.body(1)
     assert body["member_epoch"] == 0 and body["member_id"] == m.member_id and m.member_id
     assert body["subscribed_topic_names"] == ["a"] and body["topic_partitions"] == []
+    assert body["subscribed_topic_regex"] == ""  # (librdkafka's mock cluster needs it said)
     assert body["rebalance_timeout_ms"] == 300000
     answer(m, req, 0, epoch=1, assignment={T1: [0, 1]})
     (ack,) = [r for r in m.poll(1) if r.api == "ConsumerGroupHeartbeat"]
@@ -231,3 +232,15 @@ def test_offset_fetch_names_the_member_and_retries_a_stale_epoch():
                                       "committed_leader_epoch": -1, "metadata": "",
                                       "error_code": 0}]}]}]}, 200)
     assert m.subs.state(("a", 0)).position.offset == 7
+
+
+def test_an_answer_with_epoch_zero_keeps_the_member_joining():
+    """librdkafka's mock cluster answers a join with epoch 0 until it has an assignment for
+    the member: it is not a member yet, and the next heartbeat is a full join again."""
+    m = member()
+    find(m)
+    answer(m, heartbeat(m, 0), 0, epoch=0)
+    assert m.state is MemberState.JOINING
+    again = heartbeat(m, 3000).body(1)
+    assert again["member_epoch"] == 0 and again["subscribed_topic_names"] == ["a"]
+    assert again["rebalance_timeout_ms"] == 300000 and again["topic_partitions"] == []
