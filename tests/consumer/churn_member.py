@@ -1,6 +1,7 @@
 """One member of the churn test (tests/consumer/test_churn.py), run as a process of its own so
 that it can be SIGKILLed: ``python -m tests.consumer.churn_member CLIENT BOOTSTRAP TOPIC GROUP
-ASSIGNOR COMMIT OUT`` with CLIENT ``kwire`` or ``confluent`` and COMMIT ``auto`` or ``manual``.
+ASSIGNOR COMMIT OUT`` with CLIENT ``kwire`` or ``confluent``, COMMIT ``auto`` or ``manual``, and
+ASSIGNOR an assignor of the classic protocol or ``consumer``: KIP-848 (group.protocol=consumer).
 
 It writes one line per event to OUT, with ``time.monotonic()`` (CLOCK_MONOTONIC: one clock
 for every process of the machine) so the test can line events of all members up:
@@ -34,15 +35,20 @@ def main(client: str, bootstrap: str, topic: str, group: str, assignor: str, com
             # rejoin (Tansu 0.6 does not expire a SIGKILLed member while a rebalance waits)
             "max.poll.interval.ms": 15000,
             "auto.commit.interval.ms": 500}
+    if assignor == "consumer":  # KIP-848: the broker assigns and sets the session and heartbeats
+        for key in ("partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"):
+            del conf[key]
+        conf["group.protocol"] = "consumer"
     if client == "kwire":
         from kwire.consumer import Consumer
-        group_apis = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "FindCoordinator"}
+        group_apis = {"JoinGroup", "SyncGroup", "Heartbeat", "LeaveGroup", "OffsetCommit", "FindCoordinator",
+                      "ConsumerGroupHeartbeat"}
 
         def trace(ev):  # group traffic, for reading a failed run
             if ev["api"] in group_apis:
                 b = ev.get("body") or {}
                 log("T", ev["direction"], ev["api"], ev["node_id"], b.get("error_code", ""),
-                    b.get("generation_id", ""), (b.get("member_id") or "")[-8:],
+                    b.get("generation_id", b.get("member_epoch", "")), (b.get("member_id") or "")[-8:],
                     len(b.get("members") or ()) if ev["api"] == "JoinGroup" else "")
         c = Consumer({**conf, "fetch.wait.max.ms": 100}, tracer=trace)
         take = lambda: c.consume(500, timeout=0.1)  # noqa: E731

@@ -1,7 +1,8 @@
 """Churn (issue 14, "Tests to keep"): six members -- five kwire Consumers and one
 confluent-kafka consumer, half committing by hand and half automatically -- join, leave and
 are SIGKILLed while a producer keeps producing, under range and cooperative-sticky, on Apache
-Kafka and Tansu.  From every member's log (tests/consumer/churn_member.py) and the producer's
+Kafka and Tansu, and under KIP-848 (group.protocol=consumer, kwire's and librdkafka's members
+in one group) on Apache Kafka.  From every member's log (tests/consumer/churn_member.py) and the producer's
 acknowledgements:
 
 * every acknowledged record was handed to some member;
@@ -10,7 +11,7 @@ acknowledgements:
 * every record was handed out while its member owned the partition, and no two members owned
   a partition at once (ownership runs from its assignment to its revocation, loss, close or
   the member's SIGKILL);
-* cooperative-sticky: a partition a kwire member kept through a rebalance never went more
+* cooperative-sticky and KIP-848: a partition a kwire member kept through a rebalance never went more
   than 2 s without records while the producer was producing (confluent-kafka's member paused
   4 s once on Tansu; that is librdkafka's behaviour, not checked here).
 """
@@ -100,7 +101,7 @@ def _ownerships(m: Member, end_of_run: float) -> dict[int, list[list[float]]]:
 # alive, partitions unowned for the rest of the run); whether Tansu or kwire is at fault is not
 # settled yet (issue 14).  The members log their group traffic ("T" lines) for that.
 @pytest.mark.parametrize("peer_name, assignor", [("kafka", "range"), ("kafka", "cooperative-sticky"),
-                                                 ("tansu", "range")])
+                                                 ("kafka", "consumer"), ("tansu", "range")])
 def test_churn(request, peer_name, unique_topic, create_topic, tmp_path, assignor):
     peer = request.getfixturevalue(peer_name)
     create_topic(peer, unique_topic, PARTITIONS)
@@ -196,7 +197,7 @@ def test_churn(request, peer_name, unique_topic, create_topic, tmp_path, assigno
         for (a1, b1, n1), (a2, b2, n2) in zip(ivs, ivs[1:]):
             assert a2 >= b1 or n1 == n2, f"partition {p}: {n1} owned it until {b1:.3f}, {n2} from {a2:.3f}"
 
-    if assignor == "cooperative-sticky":
+    if assignor in ("cooperative-sticky", "consumer"):  # incremental: kept partitions keep flowing
         start_p, end_p = produce_window[0] + 5, produce_window[-1]
         for name, m in members.items():
             if m.client != "kwire":  # librdkafka's own pauses are not kwire's to answer for
