@@ -319,6 +319,7 @@ class ConsumerGroupMember(GroupCoordinator):
         owned = self.subs.assigned() if self.subs.is_auto else []
         self._lose(owned, reason, reset_member_id=False)
         self._sent_owned = None
+        self._server_named = False  # (a v0 broker names a fenced member anew)
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._join(now_ms, reason)
 
