@@ -257,6 +257,11 @@ class GroupCoordinator:
             self._topic_ids = dict(topic_ids)
         self._metadata_epoch += 1
         self.needs_metadata = False
+        self._check_subscription_against_metadata()
+
+    def _check_subscription_against_metadata(self) -> None:
+        """A STABLE member whose topics or partition counts changed rejoins (the classic
+        protocol's leader assigns from the metadata it had)."""
         if self.state is MemberState.STABLE and self.subs.is_auto:
             if self._member_topics() != self._joined_topics:
                 self.request_rejoin("subscribed topics changed")

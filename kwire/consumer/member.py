@@ -115,14 +115,8 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # --- inputs from the driver ----------------------------------------------------------------
 
-    def on_metadata(self, partitions_per_topic: dict[str, int], topic_ids: dict[str, Any] | None = None,
-                    now_ms: int = 0) -> None:
-        # (the broker follows subscriptions and partition counts itself: nothing to rejoin for)
-        self._partitions_per_topic = dict(partitions_per_topic)
-        if topic_ids is not None:
-            self._topic_ids = dict(topic_ids)
-        self._metadata_epoch += 1
-        self.needs_metadata = False
+    def _check_subscription_against_metadata(self) -> None:
+        pass  # (the broker follows subscriptions and partition counts itself)
 
     def on_subscription_changed(self) -> None:
         self.failed = None
@@ -163,12 +157,18 @@ class ConsumerGroupMember(GroupCoordinator):
         if self._reconcile_ready():
             ds.append(0)
 
-    def _join(self, now_ms: int, reason: str) -> None:
+    def _forget_membership(self) -> None:
+        """Not a member (any more): no epoch, nothing reported, answers to earlier heartbeats
+        ignored, the next heartbeat a full join."""
         self.generation = NO_GENERATION
         self._join_seq += 1
         self._send_all = True
         self._target = None
+        self._sent_owned = None
         self._reconciled_once = False
+
+    def _join(self, now_ms: int, reason: str) -> None:
+        self._forget_membership()
         self._hb_next_ms = now_ms
         if self.coordinator_id is None:
             self._to(MemberState.FIND_COORDINATOR, reason)
@@ -247,7 +247,7 @@ class ConsumerGroupMember(GroupCoordinator):
     def _on_cgh(self, req: Request, resp, now_ms: int) -> None:
         ctx = req.context
         if ctx.extra.get("leave") is not None:
-            self._on_leave_heartbeat(req, resp, now_ms)
+            self._on_leave(req, resp, now_ms)  # (as the classic LeaveGroup's answer)
             return
         if ctx.coordinator_epoch == self._coordinator_epoch:
             self._hb_inflight = False
@@ -318,7 +318,6 @@ class ConsumerGroupMember(GroupCoordinator):
         with epoch 0 and the same member id."""
         owned = self.subs.assigned() if self.subs.is_auto else []
         self._lose(owned, reason, reset_member_id=False)
-        self._sent_owned = None
         self._server_named = False  # (a v0 broker names a fenced member anew)
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._join(now_ms, reason)
@@ -327,12 +326,8 @@ class ConsumerGroupMember(GroupCoordinator):
         # (a commit saw UNKNOWN_MEMBER_ID, max.poll.interval.ms expired, ...): the member id stays
         owned = self.subs.assigned() if self.subs.is_auto else []
         self._lose(owned, reason, reset_member_id=False)
-        self.generation = NO_GENERATION
-        self._join_seq += 1
+        self._forget_membership()
         self._hb_inflight = False
-        self._target = None
-        self._sent_owned = None
-        self._send_all = True
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._to(MemberState.UNJOINED, reason)
             if self._closing or self._unsubscribing:
@@ -418,20 +413,12 @@ class ConsumerGroupMember(GroupCoordinator):
                        context=self._ctx("cgh", None, leave=epoch, fire_and_forget=fire_and_forget),
                        owner=self)
 
-    def _on_leave_heartbeat(self, req: Request, resp, now_ms: int) -> None:
-        if req.context.extra.get("fire_and_forget"):
-            return
-        self._leave_inflight = False
-        if self.state is MemberState.LEAVING:
-            self._finish_leave()
-
     def _finish_leave(self) -> None:
         member_id = self.member_id
         super()._finish_leave()
         self.member_id = member_id  # (the client's own id: the same one if it joins again)
-        self._join_seq += 1
-        self._sent_owned = self._sent_subscription = None
-        self._send_all = True
+        self._forget_membership()
+        self._sent_subscription = None
 
     def _take_pending_leave(self) -> list[Request]:
         """The leave owed after max.poll.interval.ms expired (sent without waiting)."""

@@ -49,6 +49,13 @@ def answer(m, req, now, *, epoch=1, assignment=None, code=0, interval=3000, memb
     m.on_response(req, resp, now)
 
 
+def retarget(m, now, epoch, assignment):
+    """The member's next heartbeat brings a new target; what the poll after it asks for."""
+    answer(m, heartbeat(m, now), now, epoch=epoch, assignment=assignment)
+    m.poll(now)
+    return m.drain_actions()
+
+
 def joined(m, assignment, now=0):
     find(m, now)
     req = heartbeat(m, now)
@@ -95,10 +102,7 @@ def test_v0_broker_names_the_member():
 def test_revoke_first_then_assign_then_acknowledge():
     m = member()
     joined(m, {T1: [0, 1]})
-    req = heartbeat(m, 3000)
-    answer(m, req, 3000, epoch=2, assignment={T1: [1]})
-    m.poll(3000)
-    (rev,) = m.drain_actions()
+    (rev,) = retarget(m, 3000, 2, {T1: [1]})
     assert isinstance(rev, RevokePartitions) and rev.partitions == [("a", 0)]
     # until the application acknowledges, the member owns both and says nothing new
     assert m.subs.is_assigned(("a", 0))
@@ -114,10 +118,7 @@ def test_revoke_first_then_assign_then_acknowledge():
 def test_a_target_naming_an_unknown_topic_waits_for_metadata():
     m = member(topics=("^.*",))
     joined(m, {T1: [0]})
-    req = heartbeat(m, 3000)
-    answer(m, req, 3000, epoch=2, assignment={T1: [0], T2: [0, 1]})
-    m.poll(3000)
-    assert m.drain_actions() == [] and m.needs_metadata
+    assert retarget(m, 3000, 2, {T1: [0], T2: [0, 1]}) == [] and m.needs_metadata
     assert m.next_deadline_ms() != 0  # no busy loop while metadata is on its way
     m.on_metadata({"a": 2, "b": 2}, {"a": T1, "b": T2})
     m.poll(3001)
@@ -128,10 +129,7 @@ def test_a_target_naming_an_unknown_topic_waits_for_metadata():
 def test_fenced_mid_reconciliation_loses_everything_and_joins_with_epoch_zero():
     m = member()
     joined(m, {T1: [0, 1]})
-    req = heartbeat(m, 3000)
-    answer(m, req, 3000, epoch=2, assignment={T1: [1]})
-    m.poll(3000)
-    (rev,) = m.drain_actions()
+    (rev,) = retarget(m, 3000, 2, {T1: [1]})
     req = heartbeat(m, 6000)
     answer(m, req, 6000, code=110)  # FENCED_MEMBER_EPOCH
     (lost,) = m.drain_actions()
