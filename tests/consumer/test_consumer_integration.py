@@ -264,6 +264,12 @@ def test_seek_position_and_watermarks(broker, unique_topic, create_topic):
         assert c.poll(10).offset == 0
         c.seek(TopicPartition(unique_topic, 0, OFFSET_END))
         assert c.poll(0.5) is None
+        # (the end is looked up asynchronously: a record produced before the look-up answers
+        # would be behind the end it finds -- wait until the position is the end)
+        deadline = time.monotonic() + 10
+        while c.position([tp])[0].offset != 50 and time.monotonic() < deadline:
+            assert c.poll(0.1) is None
+        assert c.position([tp])[0].offset == 50
         produce(broker, unique_topic, [b"after-end"], partition=0)
         assert c.poll(10).value == b"after-end"
 
