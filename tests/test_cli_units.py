@@ -38,7 +38,7 @@ def test_record_json_marks_what_is_not_utf8():
 
 def test_json_output_is_json_input():
     """kwire consume --format json | kwire produce --format json keeps every byte."""
-    r = _rec(b"\x00k", b"v\n\xff", [("h", b"\x01"), ("t", "x".encode())], ts=5)
+    r = _rec(b"\x00k", b"v\n\xff", [("h", b"\x01"), ("t", b"x")], ts=5)
     rec = _from_json(json.dumps(record_json(r)).encode(), 1)
     assert rec == {"key": b"\x00k", "value": b"v\n\xff", "headers": [("h", b"\x01"), ("t", b"x")],
                    "partition": 3, "timestamp": 5}

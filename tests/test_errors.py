@@ -58,7 +58,7 @@ def test_anchor_entries():
 
 def test_invalid_metadata_implies_retriable():
     # InvalidMetadataException extends RetriableException in Kafka.
-    for code, name, retriable, invalid_metadata, _ in ERRORS:
+    for _code, name, retriable, invalid_metadata, _ in ERRORS:
         if invalid_metadata:
             assert retriable, name
 

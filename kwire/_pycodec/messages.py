@@ -18,11 +18,24 @@ from __future__ import annotations
 import struct
 import uuid
 
-from ..errors import ProtocolError, TrailingBytesError, TruncatedError
 from .._plan import (
-    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
-    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+    T_ARRAY,
+    T_BOOL,
+    T_BYTES,
+    T_FLOAT64,
+    T_INT8,
+    T_INT16,
+    T_INT32,
+    T_INT64,
+    T_RECORDS,
+    T_STRING,
+    T_STRUCT,
+    T_UINT16,
+    T_UINT32,
+    T_UUID,
+    struct_default,
 )
+from ..errors import ProtocolError, TrailingBytesError, TruncatedError
 
 IMPLEMENTATION = "python"
 

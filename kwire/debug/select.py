@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .names import api_key_of, errors_in
 

@@ -26,7 +26,8 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from ..errors import KwireError
 from ..protocol import api as P

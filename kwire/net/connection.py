@@ -28,7 +28,8 @@ import enum
 import random
 import socket
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import KwireError
 from .framing import FrameReader
@@ -101,7 +102,7 @@ class InFlight:
         self.size_bytes = 0
         self.version_range: tuple[int | None, int | None] = (None, None)
         self.raw: bytes | None = None  # the response payload, when asked for (keep_raw)
-        self._callbacks: list[Callable[["InFlight"], Any]] | None = None
+        self._callbacks: list[Callable[[InFlight], Any]] | None = None
         self._done = False
 
     @property
@@ -121,7 +122,7 @@ class InFlight:
             return None
         return (self.received_ns - self.sent_ns) // 1000
 
-    def add_callback(self, fn: Callable[["InFlight"], Any]) -> None:
+    def add_callback(self, fn: Callable[[InFlight], Any]) -> None:
         """Call ``fn(self)`` when done (from the driver's poll; at once if already done)."""
         if self._done:
             fn(self)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from .._impl import codec_module
@@ -110,7 +110,7 @@ def api(name_or_key: str | int | Api) -> Api:
     return found
 
 
-@lru_cache(maxsize=None)
+@cache
 def _plan(msg: Message, version: int) -> tuple:
     return build_plan(msg.fields, version, msg.is_flexible(version))
 

@@ -35,8 +35,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._plan import (  # noqa: F401  (re-exported: the plan contract lives below the codec)
-    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
-    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+    T_ARRAY,
+    T_BOOL,
+    T_BYTES,
+    T_FLOAT64,
+    T_INT8,
+    T_INT16,
+    T_INT32,
+    T_INT64,
+    T_RECORDS,
+    T_STRING,
+    T_STRUCT,
+    T_UINT16,
+    T_UINT32,
+    T_UUID,
+    struct_default,
 )
 
 PRIMITIVES = {
@@ -96,7 +109,7 @@ class Field:
     default: Any = None  # already a Python value; None means "type's zero" unless nullable
     has_default: bool = False
     flexible: str | None = "inherit"  # field-level flexibleVersions override ("none" for ClientId)
-    fields: tuple["Field", ...] = ()
+    fields: tuple[Field, ...] = ()
 
     @property
     def key(self) -> str:

@@ -28,11 +28,11 @@ from .logs import route_worker_logs
 
 route_worker_logs()  # in a Python worker Spark started: kwire.spark's lines to its stderr
 
-from .executors import check_executors
 from .dataframe import PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, read_kafka
+from .executors import check_executors
 from .options import OffsetSpec, SourceOptions, parse_options
-from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .planner import DataLossError, OffsetRange, Plan, pack_ranges, plan_ranges, split_ranges
+from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_clients
 from .schema import kafka_schema, kafka_schema_ddl
 

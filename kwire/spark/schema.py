@@ -31,7 +31,13 @@ def kafka_schema_ddl(include_headers: bool = False) -> str:
 def kafka_schema(include_headers: bool = False):
     """The schema as a ``pyspark.sql.types.StructType``."""
     from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
         TimestampType,
     )
 
