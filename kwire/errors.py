@@ -13,6 +13,8 @@ Two families under one root, :class:`KwireError`:
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class KwireError(Exception):
     """Root of every exception kwire raises on purpose."""
@@ -107,7 +109,7 @@ class NotAssignedError(CommitFailedError):
     never assigned.  Another member may be consuming them; committing would overwrite its
     progress.  ``partitions`` lists them."""
 
-    def __init__(self, message: str, partitions=()):
+    def __init__(self, message: str, partitions: Iterable[object] = ()):
         super().__init__(message)
         self.partitions = list(partitions)
 

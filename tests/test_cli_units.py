@@ -191,3 +191,14 @@ def test_commands_use_public_apis_and_nothing_imports_them():
                 if not inside and m.startswith("kwire.commands") and rel.parts != ("kwire", "cli"):
                     problems.append(f"{rel}: imports {m}")
     assert not problems, "\n".join(problems)
+
+
+def test_version_is_the_packages(capsys):
+    """`kwire --version` prints kwire.__version__ (the installed wheel's metadata is checked
+    against the same string in tests/test_packaging.py)."""
+    import kwire
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"kwire {kwire.__version__}\n"

@@ -18,7 +18,7 @@ _FROM_API = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _FROM_API or name == "get_api":
         from . import api as _api_module
 
