@@ -143,7 +143,7 @@ class PositionManager:
 
     def next_deadline_ms(self) -> int | None:
         ds = []
-        for st in self.subs.values():
+        for _tp, st in self.subs.items():
             if st.state in (FetchState.AWAIT_RESET, FetchState.AWAIT_VALIDATION) \
                     and not st.inflight and not st.blocked:
                 ds.append(st.next_retry_ms)

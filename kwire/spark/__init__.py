@@ -24,6 +24,8 @@ Options are Spark's Kafka source options (:mod:`kwire.spark.options`) plus
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .logs import route_worker_logs
 
 route_worker_logs()  # in a Python worker Spark started: kwire.spark's lines to its stderr
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 
-def register(spark) -> None:
+def register(spark: Any) -> None:
     """Register the "kwire" Python Data Source with ``spark`` (batch and streaming reads),
     once per session, after checking that the executors can import kwire
     (:func:`~kwire.spark.executors.check_executors`)."""
