@@ -99,7 +99,7 @@ class Settings:
     scaling_repeat: int = 1
 
     @classmethod
-    def from_env(cls) -> "Settings":
+    def from_env(cls) -> Settings:
         smoke = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")
         return cls(
             smoke=smoke,
@@ -240,7 +240,7 @@ class CpuSampler:
             self._sample()
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "CpuSampler":
+    def __enter__(self) -> CpuSampler:
         self._sample()
         self._thread.start()
         return self
@@ -283,7 +283,7 @@ def make_values(n_distinct: int, size: int, seed: int = 7) -> list[bytes]:
     words = ["order", "user", "price", "item", "status", "shipped", "pending", "region", "eu",
              "us", "sku", "qty", "ts", "session", "click", "view", "cart", "paid"]
     out = []
-    for i in range(n_distinct):
+    for _ in range(n_distinct):
         parts = []
         length = 0
         while length < size:

@@ -156,7 +156,7 @@ def measure(cap: dict, rounds: int = ROUNDS, log=print, pycache: Path | None = N
     ``rounds`` interleaved rounds; per command the median wall-clock and CPU seconds."""
     cmds = commands(cap)
     env = _env(pycache)
-    for name, cmd in cmds.items():
+    for cmd in cmds.values():
         _run(cmd, env)
     runs: dict[str, list[dict]] = {name: [] for name in cmds}
     for i in range(rounds):

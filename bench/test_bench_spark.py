@@ -40,7 +40,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = str(Path(__file__).resolve().parent.parent)
 SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")
 N = int(os.environ.get("KWIRE_BENCH_SPARK_RECORDS", "5000" if SMOKE else "1000000"))

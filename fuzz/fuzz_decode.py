@@ -31,6 +31,7 @@ KEYS = sorted(P.APIS)
 
 def seeds() -> list[bytes]:
     import random
+
     from tests.protocol_values import sample_struct
     rng = random.Random(5)
     out = []

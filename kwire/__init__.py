@@ -1,4 +1,6 @@
 """kwire: a Kafka wire-protocol client for Python."""
+# The one place the version is written: pyproject.toml reads it (dynamic), `kwire --version`
+# prints it, tests/test_packaging.py checks the built wheel's metadata against it.
 __version__ = "0.1.0"
 
 # Public classes, imported on first use (``kwire.Producer``) so that ``import kwire`` stays
@@ -13,7 +15,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kwire' has no attribute {name!r}")

@@ -7,12 +7,13 @@ failed extension import into an error instead of a silent fallback.
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
 _pure = os.environ.get("KWIRE_PURE", "") not in ("", "0")
 _required = os.environ.get("KWIRE_REQUIRE_EXTENSION", "") not in ("", "0")
 
 
-def _load():
+def _load() -> ModuleType:
     if _pure:
         from . import _pycodec
         return _pycodec
@@ -33,6 +34,6 @@ _codec_module = _load()
 IMPLEMENTATION: str = _codec_module.IMPLEMENTATION
 
 
-def codec_module():
+def codec_module() -> ModuleType:
     """The codec module in use: kwire._codec or kwire._pycodec (same API)."""
     return _codec_module

@@ -6,6 +6,13 @@
 """
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
+# op = (code, name, nullable, default, sub, tag, flexible); sub is a Plan (T_STRUCT), an Op
+# (T_ARRAY's element) or None.
+Op: TypeAlias = "tuple[int, str, bool, Any, Any, int, bool]"
+Plan: TypeAlias = "tuple[tuple[Op, ...], tuple[Op, ...], bool]"
+
 # Type codes.  Small ints so the Cython interpreter can switch on them.
 T_BOOL = 1
 T_INT8 = 2
@@ -23,9 +30,9 @@ T_STRUCT = 13
 T_ARRAY = 14
 
 
-def struct_default(plan) -> dict:
+def struct_default(plan: Plan) -> dict[str, Any]:
     """The value a struct takes when every field is at its default."""
-    out = {}
+    out: dict[str, Any] = {}
     for op in plan[0] + plan[1]:
         code, name, nullable, default, sub = op[:5]
         if code == T_STRUCT and not nullable:

@@ -11,8 +11,9 @@ Timeouts are in seconds, as in confluent-kafka.  Broker errors surface as the ty
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .config import Config, parse_config
 from .errors import BrokerError, KafkaTimeoutError, TopicAlreadyExistsError, for_code  # noqa: F401
@@ -166,7 +167,7 @@ class Admin:
     def close(self) -> None:
         self._net.close()
 
-    def __enter__(self) -> "Admin":
+    def __enter__(self) -> Admin:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from . import errors
+from . import __version__, errors
+
+# name -> (help, add_arguments(parser), run(args) -> exit status)
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 
 
 def _add_decode(p: argparse.ArgumentParser) -> None:
@@ -20,7 +24,7 @@ def _add_decode(p: argparse.ArgumentParser) -> None:
     command.add_arguments(p)
 
 
-def _run_decode(args) -> int:
+def _run_decode(args: argparse.Namespace) -> int:
     from .debug import command
 
     return command.run(args)
@@ -37,19 +41,19 @@ def _add_demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--group", default="kwire-demo")
 
 
-def _run_demo(args) -> int:
+def _run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(args)
 
 
-def _cluster_commands() -> dict:
+def _cluster_commands() -> dict[str, Command]:
     from .commands import COMMANDS as cluster  # metadata, topics, groups, offsets, consume, produce
 
     return cluster
 
 
-COMMANDS = {
+COMMANDS: dict[str, Command] = {
     **_cluster_commands(),
     "decode": ("decode Kafka frames: from a .pcap/.pcapng capture, a live interface (-i) or stdin (-), "
                "or one frame as hex; filters, --summary, --stats", _add_decode, _run_decode),
@@ -62,6 +66,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subcommands are named but their arguments not added, so their modules (the network client
     for the cluster commands) are not imported: ``kwire decode`` starts faster."""
     parser = argparse.ArgumentParser(prog="kwire", description="Kafka wire-protocol client and debugger")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -31,7 +31,13 @@ def _console(stderr: bool = False):
 
 
 def _produce(bootstrap: str, topic: str, n: int, err) -> float:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from .producer import Producer
 

@@ -37,11 +37,17 @@ import random
 import time
 import zlib
 from collections import deque
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .config import Config, parse_config
 from .errors import (
-    BrokerError, KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError, for_code,
+    BrokerError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    ProtocolError,
+    for_code,
 )
 from .net import NetworkClient, now_ms
 from .protocol.schema import ZERO_UUID
@@ -356,7 +362,7 @@ class Producer:
         self._net.close()
         return left
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -482,7 +488,7 @@ class Producer:
                     self._report(msg, err, now)
 
     def _fail_waiting(self, error: KwireError, now: int) -> None:
-        for topic, q in list(self._parked.items()):
+        for q in list(self._parked.values()):
             for msg in q:
                 self._report(msg, error, now)
         self._parked.clear()

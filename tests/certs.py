@@ -88,7 +88,7 @@ class TestCA:
                                + Path(self.pem).read_bytes())
         return str(path)
 
-    def server_context(self, issued: Issued, *, require_client_cert_from: "TestCA | None" = None) -> ssl.SSLContext:
+    def server_context(self, issued: Issued, *, require_client_cert_from: TestCA | None = None) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(issued.cert, issued.key)
         if require_client_cert_from is not None:

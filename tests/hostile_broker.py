@@ -190,7 +190,7 @@ class HostileProxy:
         for s in socks:
             _close(s)
 
-    def __enter__(self) -> "HostileProxy":
+    def __enter__(self) -> HostileProxy:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,8 +5,21 @@ import random
 import uuid
 
 from kwire.protocol.schema import (
-    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
-    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+    T_ARRAY,
+    T_BOOL,
+    T_BYTES,
+    T_FLOAT64,
+    T_INT8,
+    T_INT16,
+    T_INT32,
+    T_INT64,
+    T_RECORDS,
+    T_STRING,
+    T_STRUCT,
+    T_UINT16,
+    T_UINT32,
+    T_UUID,
+    struct_default,
 )
 
 _RANGES = {

@@ -64,8 +64,9 @@ def executors(spark) -> dict:
 def records(spark, bootstrap: str, topic: str, way: str, ranges=None) -> dict:
     """Every record ``way`` reads: [partition, offset, key hex, value hex]; and the executors
     that read them."""
-    import kwire.spark as ks
     from pyspark.sql import functions as F
+
+    import kwire.spark as ks
 
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
     config = {"bootstrap.servers": bootstrap}
@@ -115,9 +116,10 @@ def failing_read(spark, bootstrap: str, topic: str, group: str, partitions: int,
     each partition: in the read task (``where="read"``: a UDF in the reading stage) or in a later
     stage (``"later"``: after a shuffle, every read task done).  Returns the error, the commit's
     reason once the listener reported the failure, and the group's offsets then."""
-    import kwire.spark as ks
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
+
+    import kwire.spark as ks
 
     def fail(offset):
         if offset == 7:

@@ -177,7 +177,7 @@ class TcpProxy:
         _close(self._listener)
         self.drop_all()
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,7 +2,11 @@
 import pytest
 
 from kwire.admin import Admin, NewTopic
-from kwire.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError, UnsupportedVersionError
+from kwire.errors import (
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
 
 from .fake_broker import FakeBroker, api_versions_ok, frame
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kwire.embedded import TansuBroker
-
 from kwire.cli import main
+from kwire.embedded import TansuBroker
 from kwire.producer import partition_for
 
 from .fake_broker import FakeBroker, api_versions_ok, frame

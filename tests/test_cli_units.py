@@ -38,7 +38,7 @@ def test_record_json_marks_what_is_not_utf8():
 
 def test_json_output_is_json_input():
     """kwire consume --format json | kwire produce --format json keeps every byte."""
-    r = _rec(b"\x00k", b"v\n\xff", [("h", b"\x01"), ("t", "x".encode())], ts=5)
+    r = _rec(b"\x00k", b"v\n\xff", [("h", b"\x01"), ("t", b"x")], ts=5)
     rec = _from_json(json.dumps(record_json(r)).encode(), 1)
     assert rec == {"key": b"\x00k", "value": b"v\n\xff", "headers": [("h", b"\x01"), ("t", b"x")],
                    "partition": 3, "timestamp": 5}
@@ -191,3 +191,14 @@ def test_commands_use_public_apis_and_nothing_imports_them():
                 if not inside and m.startswith("kwire.commands") and rel.parts != ("kwire", "cli"):
                     problems.append(f"{rel}: imports {m}")
     assert not problems, "\n".join(problems)
+
+
+def test_version_is_the_packages(capsys):
+    """`kwire --version` prints kwire.__version__ (the installed wheel's metadata is checked
+    against the same string in tests/test_packaging.py)."""
+    import kwire
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"kwire {kwire.__version__}\n"

@@ -15,7 +15,7 @@ def test_defaults_and_attribute_access():
     assert cfg.partition_assignment_strategy == ["range", "roundrobin"]
     assert cfg.user == {"bootstrap.servers": ["a:1", "b:2"], "group.id": "g"}
     with pytest.raises(AttributeError):
-        cfg.no_such_thing
+        _ = cfg.no_such_thing
     with pytest.raises(AttributeError):
         cfg.linger_ms = 3  # read-only
 

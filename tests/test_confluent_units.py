@@ -11,7 +11,7 @@ import confluent_kafka as real
 import pytest
 
 import kwire.confluent as ck
-from kwire.confluent import (KafkaError, KafkaException, Message, TopicPartition)
+from kwire.confluent import KafkaError, KafkaException, Message, TopicPartition
 from kwire.confluent.admin import AdminClient, NewTopic
 from kwire.records import Record
 

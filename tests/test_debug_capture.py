@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-
 from kwire import cli
 from kwire.debug.capture import decode_capture
 from kwire.debug.render import Renderer, summarise_records
@@ -32,7 +31,14 @@ from kwire.debug.trace import enable_protocol_log, make_tracer
 from kwire.protocol import api as P
 
 from .capture_util import (
-    LINK_ETHERNET, LINK_NULL, LINK_RAW, LINK_SLL, LINK_SLL2, CaptureBuilder, pcap_records, record_batch,
+    LINK_ETHERNET,
+    LINK_NULL,
+    LINK_RAW,
+    LINK_SLL,
+    LINK_SLL2,
+    CaptureBuilder,
+    pcap_records,
+    record_batch,
     wait_until_written,
 )
 

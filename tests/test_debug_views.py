@@ -11,8 +11,8 @@ EARLIEST/LATEST markers.  Every test below reads that capture, or a damaged copy
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,7 +282,7 @@ def test_names_in_json_and_text(capsys, scenario):
     assert all(b["crc_ok"] and b["magic"] == 2 and b["timestamp_type"] == "CREATE_TIME" for b in batches)
     assert all(b["is_transactional"] and b["producer_id"] >= 0 and b["producer_epoch"] >= 0 for b in batches)
     assert {r["control"]["type"] for b in control for r in b["records"]} == {"COMMIT", "ABORT"}
-    assert {r["value"] for b in data for r in b["records"]} >= {"committed-0".encode().hex(), "aborted-1".encode().hex()}
+    assert {r["value"] for b in data for r in b["records"]} >= {b"committed-0".hex(), b"aborted-1".hex()}
     # Text: names folded beside their numbers.
     code, out, _ = run_cli(capsys, str(scenario.pcap), "--port", str(scenario.port), "--no-auto",
                            "--records", "full", "--api", "Fetch,Produce,ListOffsets,Metadata")
@@ -290,7 +290,7 @@ def test_names_in_json_and_text(capsys, scenario):
     assert "isolation_level: 1 (READ_COMMITTED)" in out
     assert "timestamp: -2 (EARLIEST)" in out
     assert "error_code: 3 (UNKNOWN_TOPIC_OR_PARTITION)" in out
-    assert f"topic_id: " in out and f"({scenario.topic})" in out
+    assert "topic_id: " in out and f"({scenario.topic})" in out
     assert "control COMMIT v0" in out and "control ABORT v0" in out
     assert "transactional, control" in out and "crc 0x" in out and " ok" in out
 

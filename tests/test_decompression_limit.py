@@ -21,7 +21,14 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kwire.errors import CorruptRecordError, DecompressionLimitError
 from tests.test_records import (  # noqa: F401  (codec and compiled are fixtures)
-    KP_CODEC, _lz4_frame, _zstd_frame, codec, compiled, kp_v2, set_base_offset, v2_recompress,
+    KP_CODEC,
+    _lz4_frame,
+    _zstd_frame,
+    codec,
+    compiled,
+    kp_v2,
+    set_base_offset,
+    v2_recompress,
 )
 
 VALUE = b"\0" * 100_000          # compresses to almost nothing
@@ -124,7 +131,7 @@ def test_default_cap_is_64_mib_in_both_twins():
     from kwire import config, records
     from kwire._pycodec import records as pure
     assert pure.DEFAULT_MAX_DECOMPRESSED_BYTES == 64 << 20
-    assert getattr(records._codec, "DEFAULT_MAX_DECOMPRESSED_BYTES") == 64 << 20
+    assert records._codec.DEFAULT_MAX_DECOMPRESSED_BYTES == 64 << 20
     prop = next(p for p in config.PROPERTIES if p.name == "fetch.max.decompressed.bytes")
     assert prop.default == 64 << 20
 

@@ -58,7 +58,7 @@ def test_anchor_entries():
 
 def test_invalid_metadata_implies_retriable():
     # InvalidMetadataException extends RetriableException in Kafka.
-    for code, name, retriable, invalid_metadata, _ in ERRORS:
+    for _code, name, retriable, invalid_metadata, _ in ERRORS:
         if invalid_metadata:
             assert retriable, name
 
@@ -177,3 +177,33 @@ def test_client_side_unsupported_version_not_shadowed():
     assert not issubclass(errors.UnsupportedVersionError, BrokerError)
     err = errors.for_code(35)
     assert isinstance(err, errors.UnsupportedVersionError) and isinstance(err, BrokerError)
+
+
+# --- the generated classes are the table's ----------------------------------------------------
+
+def test_generated_classes_match_the_table():
+    """kwire/errors.py's broker classes are code written by tools/gen_broker_errors.py from
+    ERRORS: regenerating gives the same file, and every non-zero code has its class."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parent.parent / "tools" / "gen_broker_errors.py"
+    run = subprocess.run([sys.executable, str(tool), "--check"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    for code, name, retriable, invalid_metadata, doc in ERRORS:
+        if code == 0:
+            continue
+        cls = error_class(code)
+        assert (cls.code, cls.name, cls.retriable, cls.invalid_metadata, cls.__doc__) == \
+            (code, name, retriable, invalid_metadata, doc)
+
+
+def test_errors_imports_nothing_from_kwire():
+    """kwire.errors sits below every layer: importing it loads no other kwire module."""
+    import subprocess
+    import sys
+
+    code = "import sys, kwire.errors; print(sorted(m for m in sys.modules if m.startswith('kwire')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['kwire', 'kwire.errors']"

@@ -14,12 +14,11 @@ from collections import Counter
 import confluent_kafka
 import pytest
 
-from kwire.net.client import GROUP_NODE_BASE
-
 import kwire
 from kwire.consumer import Consumer, TopicPartition
 from kwire.errors import KafkaConnectionError, KafkaTimeoutError
 from kwire.net import NetworkClient
+from kwire.net.client import GROUP_NODE_BASE
 
 from .mock_control import ControlledMockCluster
 from .tansu_util import ProxiedTansu, S3Server

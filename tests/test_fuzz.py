@@ -49,6 +49,7 @@ def test_fuzz_harness(harness, env, extra, tmp_path):
 def test_a_frame_claiming_2gb_allocates_what_arrives_not_what_it_claims():
     import struct
     import tracemalloc
+
     from kwire.net.framing import FrameReader
     r = FrameReader(0x7FFFFFFF)  # even with the limit at its maximum
     tracemalloc.start()

@@ -13,7 +13,6 @@ Captured live on each run (the librdkafka captures of test_protocol_captures.py 
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import uuid

@@ -9,7 +9,11 @@ import pytest
 
 from kwire.embedded import free_port
 from kwire.errors import (
-    KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError, UnsupportedVersionError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    ProtocolError,
+    UnsupportedVersionError,
 )
 from kwire.net import ConnState, FrameReader, Metadata, NetworkClient, backoff_ms
 from kwire.protocol import api as P

@@ -20,6 +20,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import kwire
 from kwire import _pycodec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Run inside the venv, from a directory holding no kwire: where kwire came from, which codec
 # it chose, and the decoded records of the batches in argv[1] (pickled to argv[2]).
 _PROBE = textwrap.dedent("""
-    import pickle, sys
+    import importlib.metadata, pickle, sys
     import kwire, kwire._codec, kwire._impl, kwire.confluent._message
     from kwire import records
     data = open(sys.argv[1], "rb").read()
@@ -38,6 +39,7 @@ _PROBE = textwrap.dedent("""
         "message": kwire.confluent._message.__file__,
         "implementation": kwire._impl.IMPLEMENTATION, "record_type": records.Record.__module__,
         "records": decoded, "column_offsets": columns["offset"].tolist(),
+        "version": kwire.__version__, "metadata_version": importlib.metadata.version("kwire"),
     }
     with open(sys.argv[2], "wb") as f:
         pickle.dump(out, f)
@@ -76,8 +78,10 @@ def test_wheel_installs_and_its_compiled_codec_decodes_as_in_tree(tmp_path):
 
     # a wheel for this interpreter, carrying both extensions and no generated C
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    assert wheel.name.startswith(f"kwire-0.1.0-{tag}-{tag}-"), wheel.name
+    assert wheel.name.startswith(f"kwire-{kwire.__version__}-{tag}-{tag}-"), wheel.name
     names = zipfile.ZipFile(wheel).namelist()
+    # typed (PEP 561): the marker and the compiled codec's stub travel with the code
+    assert "kwire/py.typed" in names and "kwire/_codec.pyi" in names
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     assert f"kwire/_codec{suffix}" in names and f"kwire/confluent/_message{suffix}" in names
     assert not [n for n in names if n.endswith(".c")]
@@ -117,3 +121,10 @@ def test_wheel_installs_and_its_compiled_codec_decodes_as_in_tree(tmp_path):
     assert len(want) == sum(200 + 37 * i for i in range(7))
     assert got["records"] == want
     assert got["column_offsets"] == [t[0] for t in want]
+
+    # one version everywhere: the source's, the installed metadata's, and `kwire --version`'s
+    assert got["version"] == got["metadata_version"] == kwire.__version__
+    cli = subprocess.run([str(venv / "bin" / "kwire"), "--version"], capture_output=True, text=True,
+                         cwd=run_dir, env=env, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout == f"kwire {kwire.__version__}\n"

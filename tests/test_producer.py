@@ -55,7 +55,7 @@ def test_partitioners_match_librdkafka(peer, create_topic, unique_topic):
         sent = keys + ([None] if not name.endswith("_random") else [])
         for k in sent:
             p.produce(unique_topic, b"v", key=k,
-                      on_delivery=lambda err, m, k=k: got.__setitem__(k, m.partition()))
+                      on_delivery=lambda err, m, k=k, got=got: got.__setitem__(k, m.partition()))
         assert p.flush(10) == 0
         del p
         for k in sent:

@@ -41,7 +41,7 @@ def tcp_streams(path: Path) -> dict[tuple, bytes]:
     endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
     link = struct.unpack_from(endian + "I", data, 20)[0]
     skip = _LINK_HEADER[link]
-    pos, flows, nxt, conn_no, seen_syn = 24, {}, {}, {}, {}
+    pos, flows, nxt, seen_syn = 24, {}, {}, {}
     while pos + 16 <= len(data):
         incl = struct.unpack_from(endian + "I", data, pos + 8)[0]
         pkt = data[pos + 16: pos + 16 + incl]
@@ -149,7 +149,13 @@ def _settle(port: int, path: Path) -> None:
 def _confluent_workload(bootstrap: str) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import (
-        AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewPartitions,
+        NewTopic,
+        OffsetSpec,
     )
 
     topic = f"golden-{uuid.uuid4().hex[:8]}"

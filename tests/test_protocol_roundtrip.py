@@ -16,7 +16,13 @@ import random
 import pytest
 
 from kwire import _pycodec
-from kwire.errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError, UnsupportedVersionError
+from kwire.errors import (
+    KwireError,
+    ProtocolError,
+    TrailingBytesError,
+    TruncatedError,
+    UnsupportedVersionError,
+)
 from kwire.protocol import api as P
 
 from .protocol_values import sample_struct

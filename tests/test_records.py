@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import gzip
 import os
-import time
 import pickle
 import struct
 import subprocess
 import sys
+import time
 import zlib
 
 import cramjam
 import lz4.frame
-import zstandard
 import pytest
 import xxhash
+import zstandard
 from crc32c import crc32c
-from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 

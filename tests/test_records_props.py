@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kwire.errors import CorruptRecordError, KwireError  # noqa: I001  (before _codec: import cycle)
 from kwire import _codec, _pycodec
+from kwire.errors import CorruptRecordError, KwireError  # noqa: I001  (before _codec: import cycle)
 
 TWINS = [pytest.param(_codec, id="cython"), pytest.param(_pycodec, id="pure")]
 INT64 = st.integers(-(1 << 63), (1 << 63) - 1)

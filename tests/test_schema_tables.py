@@ -10,7 +10,13 @@ import pytest
 
 import kwire.protocol.messages as M
 from kwire.protocol.schema import (
-    PRIMITIVES, T_ARRAY, T_INT64, T_STRING, T_UUID, build_plan, parse_versions,
+    PRIMITIVES,
+    T_ARRAY,
+    T_INT64,
+    T_STRING,
+    T_UUID,
+    build_plan,
+    parse_versions,
 )
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -57,7 +63,7 @@ REMOVED_APIS = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "Co
 
 def all_messages():
     out = []
-    for key, (name, req, resp) in sorted(M.APIS.items()):
+    for _key, (_name, req, resp) in sorted(M.APIS.items()):
         out += [req, resp]
     out += [M.REQUEST_HEADER, M.RESPONSE_HEADER, M.CONSUMER_SUBSCRIPTION, M.CONSUMER_ASSIGNMENT]
     return out

@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 import kwire.spark as ks
 from kwire.embedded import TansuBroker, free_port
-from kwire.embedded.kafka import KafkaCluster
 from kwire.errors import ConfigError, KafkaTimeoutError, KwireError, UnknownTopicOrPartitionError
 from kwire.spark import dataframe as spark_df
 from kwire.spark.offset_reader import OffsetReader, UnreachableClusterError

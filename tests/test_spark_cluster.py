@@ -356,7 +356,7 @@ def test_streaming_driver_killed_twice_sink_holds_every_record_once(kafka, spark
             driver = Driver(["stream", json.dumps({**kw, "trigger": "continuous", "pause_at": pause_at,
                                                    "pause": pause})],
                             conf, tmp_path / f"run-{run}.log", 2, spark_cluster)
-            marker = wait_for(lambda: [m for m in markers.iterdir() if m.name.startswith(pause)], 300,
+            marker = wait_for(lambda pause=pause: [m for m in markers.iterdir() if m.name.startswith(pause)], 300,
                               f"micro-batch {pause_at} to pause {pause}", driver)
             driver.kill()
             spark_cluster.wait_idle()

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 import kwire.spark as ks
-from kwire.errors import ExecutorSetupError
 from kwire.spark.progress import kafka_progress, offsets_of
 
 from .test_spark import create, fill, options

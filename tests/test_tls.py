@@ -16,7 +16,12 @@ import pytest
 
 import kwire
 from kwire.consumer import Consumer, TopicPartition
-from kwire.errors import AuthenticationError, ConfigError, KafkaConnectionError, SslAuthenticationError
+from kwire.errors import (
+    AuthenticationError,
+    ConfigError,
+    KafkaConnectionError,
+    SslAuthenticationError,
+)
 from kwire.net import NetworkClient
 from kwire.net.connection import ConnState
 

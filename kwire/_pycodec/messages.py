@@ -17,14 +17,33 @@ from __future__ import annotations
 
 import struct
 import uuid
+from typing import Any
 
-from ..errors import ProtocolError, TrailingBytesError, TruncatedError
 from .._plan import (
-    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
-    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+    T_ARRAY,
+    T_BOOL,
+    T_BYTES,
+    T_FLOAT64,
+    T_INT8,
+    T_INT16,
+    T_INT32,
+    T_INT64,
+    T_RECORDS,
+    T_STRING,
+    T_STRUCT,
+    T_UINT16,
+    T_UINT32,
+    T_UUID,
+    Op,
+    Plan,
+    struct_default,
 )
+from ..errors import ProtocolError, TrailingBytesError, TruncatedError
 
 IMPLEMENTATION = "python"
+
+Body = dict[str, Any]
+_Bytes = bytes | bytearray | memoryview
 
 _FIXED = {
     T_INT8: struct.Struct(">b"),
@@ -43,7 +62,7 @@ _I32 = _FIXED[T_INT32]
 class _Reader:
     __slots__ = ("data", "pos", "end")
 
-    def __init__(self, data, pos: int, end: int):
+    def __init__(self, data: _Bytes, pos: int, end: int):
         self.data = data
         self.pos = pos
         self.end = end
@@ -55,7 +74,7 @@ class _Reader:
         self.pos = p + n
         return p
 
-    def fixed(self, st: struct.Struct):
+    def fixed(self, st: struct.Struct) -> Any:
         p = self.need(st.size)
         return st.unpack_from(self.data, p)[0]
 
@@ -64,7 +83,7 @@ class _Reader:
         v = shift = 0
         while True:
             p = self.need(1)
-            b = self.data[p]
+            b: int = self.data[p]
             if shift == 63 and b > 1:
                 raise ProtocolError(f"varint overflows 64 bits at position {p}", position=p)
             v |= (b & 0x7F) << shift
@@ -103,7 +122,7 @@ def _length(r: _Reader, flexible: bool, st: struct.Struct, nullable: bool, what:
     return n
 
 
-def _read_value(r: _Reader, op):
+def _read_value(r: _Reader, op: Op) -> Any:
     code, name, nullable, default, sub, tag, flexible = op
     st = _FIXED.get(code)
     if st is not None:
@@ -144,9 +163,9 @@ def _read_value(r: _Reader, op):
     raise ProtocolError(f"unknown type code {code} for field {name}")  # a schema bug
 
 
-def _read_struct(r: _Reader, plan) -> dict:
+def _read_struct(r: _Reader, plan: Plan) -> Body:
     ops, tagged_ops, flexible = plan
-    out = {}
+    out: Body = {}
     for op in ops:
         out[op[1]] = _read_value(r, op)
     if flexible:
@@ -157,20 +176,20 @@ def _read_struct(r: _Reader, plan) -> dict:
             tag = r.uvarint()
             size = r.uvarint()
             start = r.need(size)
-            op = next((o for o in tagged_ops if o[5] == tag), None)
-            if op is None:
+            known = next((o for o in tagged_ops if o[5] == tag), None)
+            if known is None:
                 out.setdefault("_unknown_tags", {})[tag] = bytes(r.data[start:start + size])
                 continue
             sub_reader = _Reader(r.data, start, start + size)
-            out[op[1]] = _read_value(sub_reader, op)
+            out[known[1]] = _read_value(sub_reader, known)
             if sub_reader.pos != start + size:
                 raise TrailingBytesError(
-                    f"tagged field {tag} ({op[1]}) left {start + size - sub_reader.pos} bytes unread",
+                    f"tagged field {tag} ({known[1]}) left {start + size - sub_reader.pos} bytes unread",
                     position=sub_reader.pos)
     return out
 
 
-def _default_of(op):
+def _default_of(op: Op) -> Any:
     code, name, nullable, default, sub = op[:5]
     if code == T_STRUCT and not nullable:
         return struct_default(sub)
@@ -179,7 +198,7 @@ def _default_of(op):
     return default
 
 
-def decode_struct(plan, data, pos: int = 0, end: int = -1):
+def decode_struct(plan: Plan, data: _Bytes, pos: int = 0, end: int = -1) -> tuple[Body, int]:
     """Decode one struct at ``pos``; returns ``(dict, next_pos)``.  Bytes after it are allowed."""
     mv = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
     r = _Reader(mv, pos, len(mv) if end < 0 else end)
@@ -187,7 +206,7 @@ def decode_struct(plan, data, pos: int = 0, end: int = -1):
     return value, r.pos
 
 
-def decode_message(plan, data) -> dict:
+def decode_message(plan: Plan, data: _Bytes) -> Body:
     """Decode a whole message body; every byte must be consumed."""
     value, pos = decode_struct(plan, data)
     if pos != len(data):
@@ -212,7 +231,7 @@ def _write_length(out: bytearray, n: int, flexible: bool, st: struct.Struct) -> 
         out += st.pack(n)
 
 
-def _write_value(out: bytearray, op, v) -> None:
+def _write_value(out: bytearray, op: Op, v: Any) -> None:
     code, name, nullable, default, sub, tag, flexible = op
     fixed = _FIXED.get(code)
     if fixed is not None:
@@ -278,12 +297,12 @@ def _write_value(out: bytearray, op, v) -> None:
     raise ProtocolError(f"unknown type code {code} for field {name}")
 
 
-def _null(op):
+def _null(op: Op) -> None:
     if not op[2]:
         raise ProtocolError(f"field {op[1]} is not nullable in this version")
 
 
-def _write_struct(out: bytearray, plan, value: dict) -> None:
+def _write_struct(out: bytearray, plan: Plan, value: Body) -> None:
     ops, tagged_ops, flexible = plan
     if not isinstance(value, dict):
         raise ProtocolError(f"expected a dict for a struct, got {type(value).__name__}")
@@ -314,11 +333,11 @@ def _write_struct(out: bytearray, plan, value: dict) -> None:
             out += data
 
 
-def encode_struct(plan, value: dict, out: bytearray | None = None) -> bytearray:
+def encode_struct(plan: Plan, value: Body, out: bytearray | None = None) -> bytearray:
     buf = bytearray() if out is None else out
     _write_struct(buf, plan, value)
     return buf
 
 
-def encode_message(plan, value: dict) -> bytes:
+def encode_message(plan: Plan, value: Body) -> bytes:
     return bytes(encode_struct(plan, value))

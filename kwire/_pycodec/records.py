@@ -49,7 +49,11 @@ import xxhash
 from crc32c import crc32c as _crc32c
 
 from ..errors import (
-    CorruptRecordError, DecompressionLimitError, KwireError, ProtocolError, TruncatedError,
+    CorruptRecordError,
+    DecompressionLimitError,
+    KwireError,
+    ProtocolError,
+    TruncatedError,
     UnsupportedCompressionError,
 )
 

@@ -11,6 +11,8 @@ Every command takes ``-b/--bootstrap``, ``-X key=value`` (any property of
 """
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from importlib import import_module
 
 # name: (help, module)
@@ -24,12 +26,13 @@ _TABLE = {
 }
 
 
-def _entry(name: str, help_text: str, module: str):
-    def add(p):
+def _entry(name: str, help_text: str, module: str) -> tuple[
+        str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
+    def add(p: argparse.ArgumentParser) -> None:
         mod = import_module(f"{__name__}.{module}")
         getattr(mod, f"add_{name}")(p)
 
-    def run(args):
+    def run(args: argparse.Namespace) -> int:
         mod = import_module(f"{__name__}.{module}")
         from .common import run_command
 

@@ -15,8 +15,17 @@ import argparse
 from ..errors import TopicAlreadyExistsError
 from ..net.metadata import ClusterSnapshot, TopicInfo
 from ..protocol.schema import ZERO_UUID
-from .common import (CommandError, Out, UsageError, add_common, add_format, client_config, error_name,
-                     make_tracer, ProtocolLog)
+from .common import (
+    CommandError,
+    Out,
+    ProtocolLog,
+    UsageError,
+    add_common,
+    add_format,
+    client_config,
+    error_name,
+    make_tracer,
+)
 
 _UNKNOWN_TOPIC = 3
 

@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ..config import parse_config
 from ..errors import KafkaTimeoutError, KwireError

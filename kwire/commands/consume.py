@@ -33,9 +33,25 @@ import sys
 import time
 
 from ..config import parse_config
-from ..consumer import OFFSET_BEGINNING, OFFSET_END, TopicPartition  # types only: no network layer yet
-from .common import (CommandError, Out, ProtocolLog, UsageError, add_common, add_format, client_config,
-                     error_name, iso_ms, make_tracer, note, text_or_base64)
+from ..consumer import (  # types only: no network layer yet
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TopicPartition,
+)
+from .common import (
+    CommandError,
+    Out,
+    ProtocolLog,
+    UsageError,
+    add_common,
+    add_format,
+    client_config,
+    error_name,
+    iso_ms,
+    make_tracer,
+    note,
+    text_or_base64,
+)
 
 _TSTYPE = {0: "create", 1: "logappend"}
 _BATCH = 500
@@ -171,7 +187,7 @@ def _start_offsets(consumer, topic: str, partitions: list[int], args, conf: dict
 IDLE_HINT_S = 10.0  # without --idle-timeout: after this long without records, say it waits
 
 
-def _loop(consumer, args, printer: "_Printer", out: Out) -> int:
+def _loop(consumer, args, printer: _Printer, out: Out) -> int:
     """Print records until --count, --idle-timeout or Ctrl-C; the number printed."""
     count = 0
     limit = args.count

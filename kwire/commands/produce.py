@@ -27,8 +27,17 @@ import json
 import sys
 
 from ..config import parse_config
-from .common import (CommandError, ProtocolLog, UsageError, add_common, add_format, client_config,
-                     error_name, make_tracer, stderr_tty)
+from .common import (
+    CommandError,
+    ProtocolLog,
+    UsageError,
+    add_common,
+    add_format,
+    client_config,
+    error_name,
+    make_tracer,
+    stderr_tty,
+)
 
 _POLL_EVERY = 1000
 _UNKNOWN_TOPIC = 3

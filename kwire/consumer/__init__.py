@@ -1,7 +1,13 @@
 """kwire's consumer: state machines that do no I/O (subscription, coordinator, fetcher,
 positions) and the Consumer that drives them from one background thread."""
-from .types import (OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
-                    OffsetAndMetadata, TopicPartition)
+from .types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    OffsetAndMetadata,
+    TopicPartition,
+)
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OFFSET_BEGINNING", "OFFSET_END",
            "OFFSET_INVALID", "OFFSET_STORED"]

@@ -2,7 +2,7 @@
 error table), so handlers read ``if code == E.REBALANCE_IN_PROGRESS``."""
 from __future__ import annotations
 
-from ..errors import for_code
+from ..errors import BrokerError, for_code
 from ..protocol.error_codes import BY_CODE, BY_NAME
 
 
@@ -29,5 +29,5 @@ def is_invalid_metadata(code: int) -> bool:
     return bool(entry and entry[3])
 
 
-def error(code: int, message: str | None = None):
+def error(code: int, message: str | None = None) -> BrokerError:
     return for_code(code, message)

@@ -23,11 +23,15 @@ kwire writes both (the subscription fields and that user data) and reads whichev
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from ..protocol.api import (decode_assignment, decode_subscription, encode_assignment,
-                            encode_subscription)
+from ..protocol.api import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
 TP = tuple
 

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import KafkaTimeoutError, UnsupportedVersionError
-from ._codes import E, error as broker_error, is_invalid_metadata, is_retriable
+from ._codes import E, is_invalid_metadata, is_retriable
+from ._codes import error as broker_error
 from .subscription import FetchState, ResetStrategy, SubscriptionState
-from .types import (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, Request)
+from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, Request
 
 log = logging.getLogger("kwire.consumer.offsets")
 
@@ -58,7 +59,7 @@ class _Query:
 
 def _by_topic(items: dict[TP, dict]) -> list[dict]:
     out: dict[str, list] = {}
-    for (topic, partition), part in sorted(items.items()):
+    for (topic, _partition), part in sorted(items.items()):
         out.setdefault(topic, []).append(part)
     return [{"name": t, "topic": t, "partitions": ps} for t, ps in out.items()]
 
@@ -142,7 +143,7 @@ class PositionManager:
 
     def next_deadline_ms(self) -> int | None:
         ds = []
-        for tp, st in self.subs.items():
+        for _tp, st in self.subs.items():
             if st.state in (FetchState.AWAIT_RESET, FetchState.AWAIT_VALIDATION) \
                     and not st.inflight and not st.blocked:
                 ds.append(st.next_retry_ms)

@@ -12,8 +12,9 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 # Special offsets, as confluent-kafka spells them.
 OFFSET_BEGINNING = -2
@@ -60,7 +61,7 @@ class TopicPartition:
             return NotImplemented
         return self.topic == other.topic and self.partition == other.partition
 
-    def __lt__(self, other: "TopicPartition") -> bool:
+    def __lt__(self, other: TopicPartition) -> bool:
         return (self.topic, self.partition) < (other.topic, other.partition)
 
     def __repr__(self) -> str:

@@ -13,12 +13,14 @@ nothing below it imports it.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .trace import make_tracer
 
 __all__ = ["decode_capture", "make_tracer"]
 
 
-def decode_capture(*args, **kwargs):
+def decode_capture(*args: Any, **kwargs: Any) -> Any:
     """See :func:`kwire.debug.capture.decode_capture` (imported on first use: it needs dpkt)."""
     from .capture import decode_capture as _decode_capture
 

@@ -33,14 +33,21 @@ import os
 import socket
 import struct
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from ..errors import KwireError
 from ..protocol import api as P
 from .names import api_name
 from .partial import partial_request, partial_response
-from .tls import CANNOT_DECRYPT, NO_KEYS, TlsKeylogError, decrypt_with_tshark, find_tls, summarise_tls
+from .tls import (
+    CANNOT_DECRYPT,
+    NO_KEYS,
+    TlsKeylogError,
+    decrypt_with_tshark,
+    find_tls,
+    summarise_tls,
+)
 
 try:
     import dpkt
@@ -970,7 +977,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                     pair(it, req)
                     if P.APIS.get(req.api_key) is not None:
                         it.partial = damaged_partial(
-                            piece, lambda payload: partial_response(req.api_key, req.version, payload))
+                            piece, lambda payload, req=req: partial_response(req.api_key, req.version, payload))
             continue
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)

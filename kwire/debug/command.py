@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import binascii
-import signal
-import subprocess
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
 import sys
 
 from ..errors import KwireError

@@ -21,8 +21,8 @@ from __future__ import annotations
 import socket
 import struct
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from . import capture as C
 from .names import api_name

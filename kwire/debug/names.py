@@ -122,7 +122,7 @@ def error_name(code: int) -> str:
     return entry[1] if entry else f"UNKNOWN_CODE_{code}"
 
 
-def _named(key: str, value: Any, api_key: int | None, kind: str | None) -> tuple[str, str] | None:
+def _named(key: str, value: Any, api_key: int | None, kind: str | None) -> tuple[str, str | None] | None:
     """(sibling key, name) for one field, or None."""
     if not isinstance(value, int) or isinstance(value, bool):
         return None
@@ -146,7 +146,8 @@ def _named(key: str, value: Any, api_key: int | None, kind: str | None) -> tuple
     return None
 
 
-def annotate(body: Any, api_key: int | None, kind: str | None, topic_names: dict | None = None) -> Any:
+def annotate(body: Any, api_key: int | None, kind: str | None,
+             topic_names: dict[uuid.UUID, str] | None = None) -> Any:
     """A copy of ``body`` with names beside the numbers (see the module doc).  Values that are
     not plain dicts/lists (record summaries, embedded payloads) are kept as they are."""
     if type(body) is dict:
@@ -172,7 +173,7 @@ def errors_in(body: Any) -> list[int]:
     """Every non-zero ``error_code`` anywhere in a body, in order."""
     found: list[int] = []
 
-    def walk(v):  # plain dicts and lists only: record summaries (dict subclasses) hold no codes
+    def walk(v: Any) -> None:  # plain dicts and lists only: record summaries (dict subclasses) hold no codes
         if type(v) is dict:
             for k, x in v.items():
                 if k.endswith("error_code") and isinstance(x, int) and x != 0:

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._plan import T_ARRAY, T_STRUCT
-from .._pycodec.messages import _I8, _I16, _I32 as _PI32, _length, _read_value, _Reader
+from .._pycodec.messages import _I8, _I16, _length, _read_value, _Reader
+from .._pycodec.messages import _I32 as _PI32
 from ..errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError
 from ..protocol import api as P
 from .names import Name, api_name

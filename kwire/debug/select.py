@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import fnmatch
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .names import api_key_of, errors_in
 
@@ -36,7 +37,7 @@ def _matcher(patterns: Iterable[str]) -> Callable[[Any], bool]:
     for p in patterns:
         (globs.append(p) if any(c in p for c in "*?[") else exact.add(p))
 
-    def match(value) -> bool:
+    def match(value: Any) -> bool:
         if not isinstance(value, str):
             return False
         return value in exact or any(fnmatch.fnmatchcase(value, g) for g in globs)
@@ -56,14 +57,14 @@ def parse_int_set(text: str, what: str) -> list[tuple[int, int]]:
     return out
 
 
-def _in_ranges(v, ranges) -> bool:
+def _in_ranges(v: Any, ranges: Iterable[tuple[int, int]]) -> bool:
     return isinstance(v, int) and any(lo <= v <= hi for lo, hi in ranges)
 
 
-def topic_names_from(items) -> dict:
+def topic_names_from(items: Iterable[Any]) -> dict[uuid.UUID, str]:
     """topic id -> name from the capture's Metadata (and CreateTopics) responses, so frames that
     name topics by id (Fetch >= 13 and newer) can be filtered and labelled by name."""
-    names: dict = {}
+    names: dict[uuid.UUID, str] = {}
     for i in items:
         if i.kind != "response" or i.api_key not in (3, 19) or not isinstance(i.body, dict):
             continue
@@ -74,13 +75,13 @@ def topic_names_from(items) -> dict:
     return names
 
 
-def topics_in(body: Any, topic_names: dict | None = None, *, api_key: int | None = None) -> set[str]:
+def topics_in(body: Any, topic_names: dict[uuid.UUID, str] | None = None, *, api_key: int | None = None) -> set[str]:
     """The topic names a body mentions: ``topic``/``topic_name`` strings anywhere, ``name`` in
     the elements of a topic list, topic ids through ``topic_names``, and a topic config
     resource's name."""
     found: set[str] = set()
 
-    def walk(v, parent: str | None) -> None:
+    def walk(v: Any, parent: str | None) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
                 if k in ("topic", "topic_name") and isinstance(x, str):
@@ -112,11 +113,11 @@ def groups_in(body: Any, api_key: int | None) -> set[str]:
             if isinstance(body.get("key"), str):
                 found.add(body["key"])
             found.update(k for k in body.get("coordinator_keys") or () if isinstance(k, str))
-            found.update(c.get("key") for c in body.get("coordinators") or ()
+            found.update(c["key"] for c in body.get("coordinators") or ()
                          if isinstance(c, dict) and isinstance(c.get("key"), str))
         return found
 
-    def walk(v) -> None:
+    def walk(v: Any) -> None:
         if isinstance(v, dict):
             for k, x in v.items():
                 if k == "group_id" and isinstance(x, str):
@@ -134,7 +135,7 @@ def groups_in(body: Any, api_key: int | None) -> set[str]:
     return found
 
 
-def _body_of(item) -> Any:
+def _body_of(item: Any) -> Any:
     if item.body is not None:
         return item.body
     partial = getattr(item, "partial", None)
@@ -144,14 +145,14 @@ def _body_of(item) -> Any:
 @dataclass
 class Filters:
     apis: list[str] = field(default_factory=list)  # names or keys
-    versions: list | None = None  # (lo, hi) ranges
-    corrs: list | None = None
+    versions: list[tuple[int, int]] | None = None  # (lo, hi) ranges
+    corrs: list[tuple[int, int]] | None = None
     client_ids: list[str] = field(default_factory=list)
     brokers: list[str] = field(default_factory=list)  # "host:port" or "port"
     groups: list[str] = field(default_factory=list)
     topics: list[str] = field(default_factory=list)
     errors: bool = False
-    topic_names: dict = field(default_factory=dict)
+    topic_names: dict[uuid.UUID, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._api_keys: set[int] = set()
@@ -182,20 +183,20 @@ class Filters:
         return bool(self.apis or self.versions or self.corrs or self.client_ids or self.brokers
                     or self.groups or self.topics or self.errors)
 
-    def _broker_ok(self, item) -> bool:
+    def _broker_ok(self, item: Any) -> bool:
         b = item.broker
         if b is None:
             return False
         return any(b == want or b.rsplit(":", 1)[-1] == want.lstrip(":") for want in self.brokers)
 
-    def _about_request(self, item, test: Callable) -> bool:
+    def _about_request(self, item: Any, test: Callable[[Any], bool]) -> bool:
         """``test`` on the item, or on the request it answers."""
         if test(item):
             return True
         req = getattr(item, "request", None)
         return req is not None and test(req)
 
-    def accepts(self, item) -> bool:
+    def accepts(self, item: Any) -> bool:
         if self.brokers and not self._broker_ok(item):
             return False
         if self.apis:

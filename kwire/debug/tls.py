@@ -25,6 +25,7 @@ import os
 import shutil
 import struct
 import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = ["TlsSummary", "decrypt_with_tshark", "find_tls", "summarise_tls", "CANNOT_DECRYPT", "NO_KEYS"]
@@ -48,6 +49,7 @@ def _record_at(data: bytes, pos: int) -> int | None:
     if pos + 5 > len(data):
         return None
     ctype, version, length = _REC.unpack_from(data, pos)
+    length = int(length)
     if ctype not in CONTENT_TYPES or not 0x0300 <= version <= 0x0304 or not 0 < length <= MAX_RECORD:
         return None
     return length
@@ -94,7 +96,7 @@ def find_tls(data: bytes, *, mid_start: bool) -> int | None:
 @dataclass
 class TlsSummary:
     start: int
-    records: dict = field(default_factory=dict)  # content type name -> count
+    records: dict[str, int] = field(default_factory=dict)  # content type name -> count
     bytes: int = 0
     version: str | None = None
     server_name: str | None = None
@@ -115,7 +117,7 @@ class TlsSummary:
         return ", ".join(parts)
 
 
-def _extensions(body: bytes, pos: int):
+def _extensions(body: bytes, pos: int) -> Iterator[tuple[int, bytes]]:
     """(type, data) of a hello's extensions starting at ``pos`` (the extensions length)."""
     if pos + 2 > len(body):
         return
@@ -175,11 +177,16 @@ def summarise_tls(data: bytes, start: int) -> TlsSummary:
     return s
 
 
+# (source endpoint, destination endpoint) -> [(packet number, timestamp, decrypted bytes), ...]
+Decrypted = dict[tuple[tuple[str, int], tuple[str, int]], list[tuple[int, float, bytes]]]
+
+
 class TlsKeylogError(Exception):
     """tshark is missing or failed: the message says which and why."""
 
 
-def decrypt_with_tshark(capture: str | os.PathLike, keylog: str | os.PathLike, ports) -> dict:
+def decrypt_with_tshark(capture: str | os.PathLike[str], keylog: str | os.PathLike[str],
+                        ports: Iterable[int]) -> Decrypted:
     """The decrypted application data of every TLS connection on ``ports`` in ``capture``:
     ``{(source endpoint, destination endpoint): [(packet, ts, bytes), ...]}`` in capture order,
     endpoints as ``(ip text, port)``."""
@@ -199,7 +206,7 @@ def decrypt_with_tshark(capture: str | os.PathLike, keylog: str | os.PathLike, p
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise TlsKeylogError(f"tshark could not decrypt: {proc.stderr.strip()[-500:]}")
-    out: dict = {}
+    out: Decrypted = {}
     for line in proc.stdout.splitlines():
         f = line.split("\t")
         if len(f) < 9 or not f[8]:

@@ -26,7 +26,8 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from ..errors import KwireError
 from ..protocol import api as P
@@ -66,13 +67,14 @@ def wire_body(kind: str, api: str | int | None, version: int | None, body: Any) 
         return body
 
 
-def normalize_event(event: dict, *, as_sent: bool = True) -> dict:
+def normalize_event(event: dict[str, Any], *, as_sent: bool = True) -> dict[str, Any]:
     """A NetworkClient trace event in render.py's event shape; ``as_sent``: the body as the
     bytes carry it (:func:`wire_body`), not the dict the client gave the encoder."""
     to_broker = str(event.get("direction", "")).lower() in _SEND
     api, key = event.get("api"), event.get("api_key")
     if isinstance(api, P.Api):
-        api, key = api.name, api.key
+        key = api.key
+        api = api.name
     elif isinstance(api, int):
         key = api
         found = P.APIS.get(api)
@@ -109,7 +111,7 @@ def normalize_event(event: dict, *, as_sent: bool = True) -> dict:
 
 def make_tracer(format: str = "text", stream: TextIO | None = None, records: str = "summary", *,
                 logger: str | logging.Logger | None = None, level: int = logging.DEBUG,
-                color: bool | None = None) -> Callable[[dict], None]:
+                color: bool | None = None) -> Callable[[dict[str, Any]], None]:
     """A callable for ``NetworkClient(tracer=...)`` that renders every frame.
 
     ``format`` "text" (for people) or "json" (one object per line); ``records`` "summary" or
@@ -123,7 +125,7 @@ def make_tracer(format: str = "text", stream: TextIO | None = None, records: str
         log = logging.getLogger(logger) if isinstance(logger, str) else logger
         renderer = Renderer(format, records, stream=sys.stderr, color=False)
 
-        def log_tracer(event: dict) -> None:
+        def log_tracer(event: dict[str, Any]) -> None:
             if not log.isEnabledFor(level):
                 return
             ev = normalize_event(event)
@@ -135,7 +137,7 @@ def make_tracer(format: str = "text", stream: TextIO | None = None, records: str
 
     renderers: dict[int, Renderer] = {}
 
-    def tracer(event: dict) -> None:
+    def tracer(event: dict[str, Any]) -> None:
         out = stream if stream is not None else sys.stderr
         ev = normalize_event(event)
         with lock:

@@ -20,8 +20,12 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KwireError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class EmbeddedBrokerError(KwireError):
@@ -31,10 +35,11 @@ class EmbeddedBrokerError(KwireError):
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+def wait_for_port(host: str, port: int, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -68,7 +73,7 @@ def tansu_binary() -> str:
 
 
 class _Process:
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[Any] | None = None
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -81,13 +86,13 @@ class _Process:
             proc.kill()
             proc.wait(timeout=5)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):  # a forgotten broker must not outlive the interpreter
+    def __del__(self) -> None:  # a forgotten broker must not outlive the interpreter
         try:
             self.close()
         except Exception:
@@ -166,6 +171,7 @@ class MockCluster(_Process):
                                      stderr=subprocess.DEVNULL, text=True)
         deadline = time.monotonic() + start_timeout_s
         self.bootstrap = ""
+        assert self.proc.stdout is not None  # a pipe, as asked
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:

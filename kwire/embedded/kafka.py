@@ -35,9 +35,9 @@ import struct
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
 
 from . import EmbeddedBrokerError, free_port
 
@@ -252,7 +252,7 @@ def _detach_and_die_with_parent() -> None:
 class KafkaNode:
     """One combined broker+controller process of a :class:`KafkaCluster`."""
 
-    def __init__(self, cluster: "KafkaCluster", node_id: int):
+    def __init__(self, cluster: KafkaCluster, node_id: int):
         self.cluster, self.node_id = cluster, node_id
         self.dir = cluster.workdir / f"node-{node_id}"
         self.data_dir = self.dir / "data"

@@ -61,13 +61,21 @@ import struct
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from .. import __version__
 from ..config import Config, parse_config
 from ..errors import (
-    AuthenticationError, ConfigError, KafkaConnectionError, KafkaTimeoutError, KwireError,
-    ProtocolError, TrailingBytesError, UnsupportedVersionError, for_code,
+    AuthenticationError,
+    ConfigError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    ProtocolError,
+    TrailingBytesError,
+    UnsupportedVersionError,
+    for_code,
 )
 from ..protocol import api as _api
 from . import sasl as _sasl

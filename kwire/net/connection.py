@@ -28,7 +28,8 @@ import enum
 import random
 import socket
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import KwireError
 from .framing import FrameReader
@@ -75,7 +76,8 @@ class InFlight:
                  "_requested_version",
                  "_callbacks", "_api", "_done")
 
-    def __init__(self, api_obj, body, *, node_id: int | None, version: int | None,
+    def __init__(self, api_obj: Any, body: dict[str, Any] | Callable[[int], dict[str, Any]], *,
+                 node_id: int | None, version: int | None,
                  timeout_ms: int, now_ms: int, internal: bool = False):
         self._api = api_obj
         self.api: str = api_obj.name
@@ -85,8 +87,8 @@ class InFlight:
         self.node_id = node_id
         self.correlation_id: int | None = None
         self._body_source = body
-        self.body: dict | None = body if isinstance(body, dict) else None
-        self.response: dict | None = None
+        self.body: dict[str, Any] | None = body if isinstance(body, dict) else None
+        self.response: dict[str, Any] | None = None
         self.error: KwireError | None = None
         self.created_ms = now_ms
         self.sent_ms: int | None = None
@@ -101,7 +103,7 @@ class InFlight:
         self.size_bytes = 0
         self.version_range: tuple[int | None, int | None] = (None, None)
         self.raw: bytes | None = None  # the response payload, when asked for (keep_raw)
-        self._callbacks: list[Callable[["InFlight"], Any]] | None = None
+        self._callbacks: list[Callable[[InFlight], Any]] | None = None
         self._done = False
 
     @property
@@ -121,7 +123,7 @@ class InFlight:
             return None
         return (self.received_ns - self.sent_ns) // 1000
 
-    def add_callback(self, fn: Callable[["InFlight"], Any]) -> None:
+    def add_callback(self, fn: Callable[[InFlight], Any]) -> None:
         """Call ``fn(self)`` when done (from the driver's poll; at once if already done)."""
         if self._done:
             fn(self)
@@ -130,7 +132,7 @@ class InFlight:
             self._callbacks = []
         self._callbacks.append(fn)
 
-    def result(self) -> dict | None:
+    def result(self) -> dict[str, Any] | None:
         """The response, or raise the error."""
         if not self._done:
             raise RuntimeError(f"{self.api} request not done yet")
@@ -172,7 +174,7 @@ class Connection:
         self.abandoned: dict[int, tuple[int, int]] = {}  # timed-out corr id -> (sent_ms, timeout_ms)
         self.discarding: tuple[int, int] | None = None  # (sent_ms, timeout_ms) of the answer being
         #                                              skipped by the reader (an abandoned one)
-        self.out: deque[list] = deque()  # [memoryview, InFlight | None] not yet written
+        self.out: deque[list[Any]] = deque()  # [memoryview, InFlight | None] not yet written
         self.api_versions: dict[int, tuple[int, int]] | None = None
         self.handshake: InFlight | None = None
         self.handshake_version = -1

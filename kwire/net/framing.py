@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from typing import cast
 
 from ..errors import ProtocolError
 
@@ -93,7 +94,8 @@ class FrameReader:
         """The correlation id of the response being read, once its first 4 bytes are in."""
         if self._body is None or self._filled < 4:
             return None
-        return _I32.unpack_from(self._body, 0)[0]
+        correlation_id: int = _I32.unpack_from(self._body, 0)[0]
+        return correlation_id
 
     def discard_current(self) -> None:
         """Drop the payload being read: its buffer now, its remaining bytes as they arrive."""
@@ -143,7 +145,7 @@ class FrameReader:
         """Capacity for ``need`` more bytes: grow fourfold (capped at the payload size, plus
         headroom for recycling) when short.  A new buffer each time, so a caller's lingering
         view of the old one is harmless."""
-        body = self._body
+        body = cast(bytearray, self._body)  # set: a payload is being read
         want = self._filled + need
         if want > len(body):
             size = self._size
@@ -179,7 +181,7 @@ class FrameReader:
             self._filled = self._size = 0
         return out
 
-    def feed(self, data) -> list[memoryview]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Consume ``data``; return the payloads it completed (possibly none)."""
         mv = memoryview(data).cast("B")
         out: list[memoryview] = []

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
+from types import EllipsisType
+from typing import Any
 
 from ..protocol.schema import ZERO_UUID
 
@@ -126,11 +128,12 @@ class Metadata:
         self._last_attempt_ms = now_ms
         self._update_requested = True
 
-    def request_body(self, version: int, topics: Iterable[str] | None = ..., *,
-                     allow_auto_topic_creation: bool = False) -> dict:
+    def request_body(self, version: int, topics: Iterable[str] | None | EllipsisType = ..., *,
+                     allow_auto_topic_creation: bool = False) -> dict[str, Any]:
         """A Metadata request body for ``version``; ``topics=None`` asks for all topics."""
         if topics is ...:
             topics = self.wanted_topics
+        wanted: list[dict[str, Any]] | None
         if topics is None:
             # v0 has no null array: an empty list meant "all topics" there.
             wanted = [] if version == 0 else None
@@ -141,7 +144,7 @@ class Metadata:
                 "include_topic_authorized_operations": False}
 
     # --- learning -------------------------------------------------------------------------
-    def update(self, response: dict, now_ms: int | None = None, *, all_topics: bool | None = None) -> None:
+    def update(self, response: dict[str, Any], now_ms: int | None = None, *, all_topics: bool | None = None) -> None:
         """Merge a decoded Metadata response.
 
         ``all_topics`` says whether the request asked for every topic; then topics missing

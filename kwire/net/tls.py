@@ -14,13 +14,17 @@ retrying would fail the same way.
 from __future__ import annotations
 
 import ssl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 from ..errors import ConfigError, KafkaConnectionError, SslAuthenticationError
 
 __all__ = ["build_context", "TlsSession"]
 
 
-def build_context(cfg) -> ssl.SSLContext:
+def build_context(cfg: Config) -> ssl.SSLContext:
     """The client ``SSLContext`` for ``cfg`` (a :class:`~kwire.config.Config`).
 
     TLS 1.2 or newer; certificate verification on unless
@@ -94,7 +98,7 @@ class TlsSession:
         self.handshake_done = True
         return True
 
-    def feed(self, data) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes received from the socket."""
         self._in.write(data)
 
@@ -128,7 +132,7 @@ class TlsSession:
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def encrypt(self, plaintext) -> bytes:
+    def encrypt(self, plaintext: bytes | bytearray | memoryview) -> bytes:
         """TLS records carrying ``plaintext`` (plus anything else TLS had to send)."""
         self._obj.write(plaintext)
         return self._out.read()
@@ -141,5 +145,5 @@ class TlsSession:
     def version(self) -> str | None:
         return self._obj.version()
 
-    def cipher(self):
+    def cipher(self) -> tuple[str, str, int] | None:
         return self._obj.cipher()

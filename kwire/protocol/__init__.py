@@ -4,8 +4,8 @@
     frame = protocol.encode_request("Metadata", 12, {"topics": None}, correlation_id=1)
     resp = protocol.decode_response("Metadata", 12, payload)
 
-Names are loaded on first use, so ``kwire.errors`` can read the error table
-(``kwire.protocol.error_codes``) without importing the codec.
+Names are loaded on first use, so the error table (``kwire.protocol.error_codes``, which
+``kwire decode`` and the commands read) can be imported without the codec.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _FROM_API = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _FROM_API or name == "get_api":
         from . import api as _api_module
 

@@ -17,15 +17,24 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from .._impl import codec_module
+from .._plan import Plan
 from ..errors import ProtocolError, TruncatedError, UnsupportedVersionError
 from . import messages as M
 from .schema import Message, build_plan
 
-_codec = codec_module()
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from .. import _codec  # the twins share its API (kwire/_codec.pyi)
+else:
+    _codec = codec_module()
+
+Body: TypeAlias = dict[str, Any]  # a message body: snake_case field names -> values
+ApiRef: TypeAlias = "str | int | Api"  # an API's name, key, or the Api itself
 _I32 = struct.Struct(">i")
 _HDR = struct.Struct(">hhi")
 
@@ -110,18 +119,18 @@ def api(name_or_key: str | int | Api) -> Api:
     return found
 
 
-@lru_cache(maxsize=None)
-def _plan(msg: Message, version: int) -> tuple:
+@cache
+def _plan(msg: Message, version: int) -> Plan:
     return build_plan(msg.fields, version, msg.is_flexible(version))
 
 
-def request_plan(a: str | int | Api, version: int) -> tuple:
+def request_plan(a: ApiRef, version: int) -> Plan:
     a = api(a)
     a.check_version(version)
     return _plan(a.request, version)
 
 
-def response_plan(a: str | int | Api, version: int) -> tuple:
+def response_plan(a: ApiRef, version: int) -> Plan:
     a = api(a)
     a.check_version(version)
     return _plan(a.response, version)
@@ -129,19 +138,19 @@ def response_plan(a: str | int | Api, version: int) -> tuple:
 
 # --- bodies ------------------------------------------------------------------------------
 
-def encode_request_body(a, version: int, body: dict) -> bytes:
+def encode_request_body(a: ApiRef, version: int, body: Body) -> bytes:
     return _codec.encode_message(request_plan(a, version), body)
 
 
-def decode_request_body(a, version: int, data) -> dict:
+def decode_request_body(a: ApiRef, version: int, data: Buffer) -> Body:
     return _codec.decode_message(request_plan(a, version), data)
 
 
-def encode_response_body(a, version: int, body: dict) -> bytes:
+def encode_response_body(a: ApiRef, version: int, body: Body) -> bytes:
     return _codec.encode_message(response_plan(a, version), body)
 
 
-def decode_response_body(a, version: int, data) -> dict:
+def decode_response_body(a: ApiRef, version: int, data: Buffer) -> Body:
     return _codec.decode_message(response_plan(a, version), data)
 
 
@@ -153,10 +162,10 @@ class RequestFrame:
     version: int
     correlation_id: int
     client_id: str | None
-    body: dict
-    header_tags: dict = field(default_factory=dict)
+    body: Body
+    header_tags: dict[int, bytes] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"api": self.api.name, "version": self.version, "correlation_id": self.correlation_id,
                 "client_id": self.client_id, "body": self.body}
 
@@ -166,9 +175,9 @@ class ResponseFrame:
     api: Api
     version: int
     correlation_id: int
-    body: dict
+    body: Body
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"api": self.api.name, "version": self.version, "correlation_id": self.correlation_id,
                 "body": self.body}
 
@@ -179,11 +188,11 @@ def _check_header_version(v: int) -> int:
     return v
 
 
-def _header_plan(msg: Message, header_version: int) -> tuple:
+def _header_plan(msg: Message, header_version: int) -> Plan:
     return _plan(msg, header_version)
 
 
-def encode_request(a, version: int, body: dict, *, correlation_id: int, client_id: str | None = "kwire",
+def encode_request(a: ApiRef, version: int, body: Body, *, correlation_id: int, client_id: str | None = "kwire",
                    size_prefix: bool = True, header_version: int | None = None) -> bytes:
     """A complete request frame (with its 4-byte size prefix unless ``size_prefix=False``).
 
@@ -201,7 +210,7 @@ def encode_request(a, version: int, body: dict, *, correlation_id: int, client_i
     return bytes(out)
 
 
-def encode_response(a, version: int, body: dict, *, correlation_id: int, size_prefix: bool = True) -> bytes:
+def encode_response(a: ApiRef, version: int, body: Body, *, correlation_id: int, size_prefix: bool = True) -> bytes:
     a = api(a)
     hv = a.response_header_version(version)
     out = bytearray(4 if size_prefix else 0)
@@ -212,7 +221,7 @@ def encode_response(a, version: int, body: dict, *, correlation_id: int, size_pr
     return bytes(out)
 
 
-def strip_size_prefix(frame, *, size_prefix: bool | None = None):
+def strip_size_prefix(frame: Buffer, *, size_prefix: bool | None = None) -> memoryview:
     """Remove and check the int32 size prefix.  ``None`` = detect: strip if it matches the length."""
     mv = memoryview(frame).cast("B")
     if size_prefix is None:
@@ -231,20 +240,22 @@ def strip_size_prefix(frame, *, size_prefix: bool | None = None):
     return mv[4:]
 
 
-def peek_request_header(payload) -> tuple[int, int, int]:
+def peek_request_header(payload: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a request payload, without decoding the rest."""
     if len(payload) < 8:
         raise TruncatedError(f"request header needs 8 bytes, got {len(payload)}", position=0)
-    return _HDR.unpack_from(payload, 0)
+    key, version, correlation_id = _HDR.unpack_from(payload, 0)
+    return key, version, correlation_id
 
 
-def peek_correlation_id(payload) -> int:
+def peek_correlation_id(payload: bytes | bytearray | memoryview) -> int:
     if len(payload) < 4:
         raise TruncatedError(f"response header needs 4 bytes, got {len(payload)}", position=0)
-    return _I32.unpack_from(payload, 0)[0]
+    correlation_id: int = _I32.unpack_from(payload, 0)[0]
+    return correlation_id
 
 
-def decode_request(frame, *, size_prefix: bool | None = None, header_version: int | None = None) -> RequestFrame:
+def decode_request(frame: Buffer, *, size_prefix: bool | None = None, header_version: int | None = None) -> RequestFrame:
     """Decode a request frame whose api and version are read from its own header
     (``header_version`` as in :func:`encode_request`)."""
     payload = strip_size_prefix(frame, size_prefix=size_prefix)
@@ -258,7 +269,7 @@ def decode_request(frame, *, size_prefix: bool | None = None, header_version: in
     return RequestFrame(a, version, header["correlation_id"], header.get("client_id"), body, tags)
 
 
-def decode_response(a, version: int, frame, *, size_prefix: bool | None = False) -> ResponseFrame:
+def decode_response(a: ApiRef, version: int, frame: Buffer, *, size_prefix: bool | None = False) -> ResponseFrame:
     """Decode a response frame; its api and version come from the request it answers."""
     a = api(a)
     payload = strip_size_prefix(frame, size_prefix=size_prefix)
@@ -277,7 +288,7 @@ def decode_response(a, version: int, frame, *, size_prefix: bool | None = False)
 
 # --- the consumer protocol's embedded payloads (JoinGroup metadata, SyncGroup assignment) ---
 
-def _embedded_encode(msg: Message, version: int, value: dict) -> bytes:
+def _embedded_encode(msg: Message, version: int, value: Body) -> bytes:
     lo, hi = msg.valid_range
     if not lo <= version <= hi:
         raise UnsupportedVersionError(f"{msg.name} v{version} is outside {lo}-{hi}")
@@ -286,7 +297,7 @@ def _embedded_encode(msg: Message, version: int, value: dict) -> bytes:
     return bytes(out)
 
 
-def _embedded_decode(msg: Message, data) -> tuple[int, dict]:
+def _embedded_decode(msg: Message, data: Buffer) -> tuple[int, Body]:
     mv = memoryview(data).cast("B")
     if len(mv) < 2:
         raise TruncatedError(f"{msg.name} needs a 2-byte version, got {len(mv)} bytes", position=0)
@@ -302,19 +313,19 @@ def _embedded_decode(msg: Message, data) -> tuple[int, dict]:
     return version, value
 
 
-def encode_subscription(version: int, value: dict) -> bytes:
+def encode_subscription(version: int, value: Body) -> bytes:
     return _embedded_encode(M.CONSUMER_SUBSCRIPTION, version, value)
 
 
-def decode_subscription(data) -> tuple[int, dict]:
+def decode_subscription(data: Buffer) -> tuple[int, Body]:
     return _embedded_decode(M.CONSUMER_SUBSCRIPTION, data)
 
 
-def encode_assignment(version: int, value: dict) -> bytes:
+def encode_assignment(version: int, value: Body) -> bytes:
     return _embedded_encode(M.CONSUMER_ASSIGNMENT, version, value)
 
 
-def decode_assignment(data) -> tuple[int, dict]:
+def decode_assignment(data: Buffer) -> tuple[int, Body]:
     return _embedded_decode(M.CONSUMER_ASSIGNMENT, data)
 
 

@@ -35,8 +35,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._plan import (  # noqa: F401  (re-exported: the plan contract lives below the codec)
-    T_ARRAY, T_BOOL, T_BYTES, T_FLOAT64, T_INT8, T_INT16, T_INT32, T_INT64, T_RECORDS,
-    T_STRING, T_STRUCT, T_UINT16, T_UINT32, T_UUID, struct_default,
+    T_ARRAY,
+    T_BOOL,
+    T_BYTES,
+    T_FLOAT64,
+    T_INT8,
+    T_INT16,
+    T_INT32,
+    T_INT64,
+    T_RECORDS,
+    T_STRING,
+    T_STRUCT,
+    T_UINT16,
+    T_UINT32,
+    T_UUID,
+    Op,
+    Plan,
+    struct_default,
 )
 
 PRIMITIVES = {
@@ -96,7 +111,7 @@ class Field:
     default: Any = None  # already a Python value; None means "type's zero" unless nullable
     has_default: bool = False
     flexible: str | None = "inherit"  # field-level flexibleVersions override ("none" for ClientId)
-    fields: tuple["Field", ...] = ()
+    fields: tuple[Field, ...] = ()
 
     @property
     def key(self) -> str:
@@ -139,8 +154,9 @@ class Message:
         return _in(parse_versions(self.flexible), version)
 
 
-def F(name, type, versions="0+", *, nullable=None, default=None, tag=None, tagged=None,
-      flexible="inherit", fields=()):
+def F(name: str, type: str, versions: str = "0+", *, nullable: str | None = None,
+      default: Any = None, tag: int | None = None, tagged: str | None = None,
+      flexible: str | None = "inherit", fields: tuple[Field, ...] | list[Field] = ()) -> Field:
     """Declare a field (used by the transcribed message tables)."""
     return Field(name=name, type=type, versions=versions, nullable=nullable, tag=tag,
                  tagged=tagged, default=default, has_default=default is not None or nullable is not None,
@@ -166,7 +182,7 @@ class SchemaError(Exception):
     """A declaration is inconsistent (a bug in the tables, caught when a plan is built)."""
 
 
-def _elem_op(f: Field, elem: str, flexible: bool, version: int):
+def _elem_op(f: Field, elem: str, flexible: bool, version: int) -> Op:
     if elem in PRIMITIVES:
         return (PRIMITIVES[elem], f.key, False, zero_value(elem, False), None, -1, flexible)
     if not f.fields:
@@ -174,7 +190,7 @@ def _elem_op(f: Field, elem: str, flexible: bool, version: int):
     return (T_STRUCT, f.key, False, None, build_plan(f.fields, version, flexible), -1, flexible)
 
 
-def _field_op(f: Field, version: int, msg_flexible: bool):
+def _field_op(f: Field, version: int, msg_flexible: bool) -> Op:
     flexible = msg_flexible
     if f.flexible != "inherit":
         flexible = msg_flexible and _in(parse_versions(f.flexible), version)
@@ -194,9 +210,9 @@ def _field_op(f: Field, version: int, msg_flexible: bool):
     return (T_STRUCT, f.key, nullable, default if nullable else None, sub, tag, flexible)
 
 
-def build_plan(fields: tuple[Field, ...], version: int, flexible: bool):
-    ops = []
-    tagged = []
+def build_plan(fields: tuple[Field, ...], version: int, flexible: bool) -> Plan:
+    ops: list[Op] = []
+    tagged: list[Op] = []
     for f in fields:
         if not _in(parse_versions(f.versions), version):
             continue

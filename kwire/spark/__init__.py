@@ -24,16 +24,24 @@ Options are Spark's Kafka source options (:mod:`kwire.spark.options`) plus
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .logs import route_worker_logs
 
 route_worker_logs()  # in a Python worker Spark started: kwire.spark's lines to its stderr
 
+from .dataframe import (
+    PendingCommit,
+    await_commit,
+    kafka_arrow_rdd,
+    kafka_rdd,
+    map_kafka_arrow,
+    read_kafka,
+)
 from .executors import check_executors
-from .dataframe import (PendingCommit, await_commit, kafka_arrow_rdd, kafka_rdd, map_kafka_arrow,
-                        read_kafka)
 from .options import OffsetSpec, SourceOptions, parse_options
-from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .planner import DataLossError, OffsetRange, Plan, pack_ranges, plan_ranges, split_ranges
+from .progress import KafkaProgress, add_lag_listener, kafka_progress
 from .reader import KafkaRow, KafkaRowWithHeaders, ReadSettings, close_cached_clients
 from .schema import kafka_schema, kafka_schema_ddl
 
@@ -47,7 +55,7 @@ __all__ = [
 ]
 
 
-def register(spark) -> None:
+def register(spark: Any) -> None:
     """Register the "kwire" Python Data Source with ``spark`` (batch and streaming reads),
     once per session, after checking that the executors can import kwire
     (:func:`~kwire.spark.executors.check_executors`)."""

@@ -22,7 +22,7 @@ only grow within a partition, so that is one binary search per end).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa

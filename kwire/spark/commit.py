@@ -53,7 +53,8 @@ import queue
 import re
 import threading
 import uuid
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from .offset_reader import OffsetReader
@@ -149,7 +150,7 @@ class _ActionListener:
     over the observed DataFrame to the commit thread; does nothing else on Spark's listener
     thread."""
 
-    def __init__(self, name: str, events: "queue.Queue"):
+    def __init__(self, name: str, events: queue.Queue):
         self.name = name
         self.events = events
 

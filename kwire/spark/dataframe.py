@@ -21,7 +21,8 @@ import dataclasses
 import importlib.util
 import json
 import logging
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..config import parse_config
 from ..errors import ConfigError, KwireError

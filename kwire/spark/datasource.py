@@ -32,9 +32,14 @@ import json
 import logging
 import threading
 import weakref
-from typing import Iterator
+from collections.abc import Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from ..errors import ConfigError
 from . import planner
@@ -45,7 +50,11 @@ from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema_ddl
 
 try:
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # PySpark < 4.2: no read limits
     ReadAllAvailable = ReadMaxRows = None
 
@@ -65,7 +74,7 @@ PROGRESS_OPTION = "kwire.progress"
 _log = logging.getLogger("kwire.spark")
 
 
-_registered: "weakref.WeakSet" = weakref.WeakSet()
+_registered: weakref.WeakSet = weakref.WeakSet()
 _registered_lock = threading.Lock()
 
 

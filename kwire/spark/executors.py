@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -71,23 +72,25 @@ _lock = threading.Lock()
 _checked: set[str] = set()
 
 
-def _probe(name: str = "probe"):
+def _probe(name: str = "probe") -> Callable[..., Any]:
     namespace: dict[str, Any] = {"__name__": "kwire_executor_probe"}
     exec(compile(_ARROW_PROBE_SOURCE, "<kwire executor probe>", "exec"), namespace)
-    return namespace[name]
+    probe: Callable[..., Any] = namespace[name]
+    return probe
 
 
-def _run_probe(spark_or_sc, tasks: int) -> list[tuple]:
+def _run_probe(spark_or_sc: Any, tasks: int) -> list[tuple[Any, ...]]:
     """The executors' reports: through a DataFrame's mapInArrow when given a SparkSession and
     PySpark can run one here (pyarrow and pandas), else through an RDD."""
     sc = getattr(spark_or_sc, "sparkContext", spark_or_sc)
     if sc is not spark_or_sc and importlib.util.find_spec("pyarrow") and importlib.util.find_spec("pandas"):
         df = spark_or_sc.range(0, tasks, 1, tasks).mapInArrow(_probe("arrow_probe"), _ARROW_PROBE_SCHEMA)
         return [tuple(r) for r in df.collect()]
-    return sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
+    reports: list[tuple[Any, ...]] = sc.parallelize(range(tasks), tasks).mapPartitions(_probe()).collect()
+    return reports
 
 
-def check_executors(sc) -> None:
+def check_executors(sc: Any) -> None:
     """Raise :class:`~kwire.errors.ExecutorSetupError` unless the executors import this
     kwire version (once per application; ``sc`` a SparkContext or SparkSession)."""
     spark_or_sc, sc = sc, getattr(sc, "sparkContext", sc)

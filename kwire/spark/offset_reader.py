@@ -24,11 +24,16 @@ import logging
 import re
 import time
 import uuid
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from ..errors import (
-    BrokerError, CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError,
-    error_class, for_code,
+    BrokerError,
+    CommitFailedError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    error_class,
+    for_code,
 )
 from ..net import NetworkClient
 from ..net.metadata import BrokerInfo
@@ -86,7 +91,7 @@ class OffsetReader:
         if client is not None:
             client.close()
 
-    def __enter__(self) -> "OffsetReader":
+    def __enter__(self) -> OffsetReader:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -57,8 +57,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..config import Config, parse_config
 from ..errors import ConfigError
@@ -68,7 +69,7 @@ __all__ = ["OffsetSpec", "SourceOptions", "parse_options", "EARLIEST", "LATEST"]
 EARLIEST = -2
 LATEST = -1
 
-TP = tuple  # (topic, partition)
+TP = tuple[str, int]  # (topic, partition)
 
 # canonical option names (Spark's spelling); looked up case-insensitively
 _OPTIONS = (
@@ -161,7 +162,8 @@ class SourceOptions:
 
     @property
     def auto_offset_reset(self) -> str:
-        return self.config().auto_offset_reset
+        reset: str = self.config().auto_offset_reset
+        return reset
 
     @property
     def isolation_level(self) -> int:
@@ -215,7 +217,7 @@ def _int(name: str, value: str, minimum: int) -> int:
     return n
 
 
-def _json_object(name: str, value: str, example: str) -> dict:
+def _json_object(name: str, value: str, example: str) -> dict[str, Any]:
     try:
         obj = json.loads(value)
     except json.JSONDecodeError as exc:
@@ -230,7 +232,8 @@ _OFFSETS_EXAMPLE = '{"topic": {"0": 23, "1": -2}}'
 _TS_EXAMPLE = '{"topic": {"0": 1700000000000}}'
 
 
-def _per_partition(name: str, value: str, example: str, check) -> tuple[tuple[str, int, int], ...]:
+def _per_partition(name: str, value: str, example: str,
+                   check: Callable[[str, int, int], None]) -> tuple[tuple[str, int, int], ...]:
     obj = _json_object(name, value, example)
     out = []
     for topic, parts in obj.items():
@@ -275,7 +278,7 @@ def _offsets_spec(name: str, value: str, *, ending: bool, streaming: bool) -> Of
                           f"{'' if ending else ', group'} or JSON like {_OFFSETS_EXAMPLE}, "
                           f"got {value!r}")
 
-    def check(topic, partition, offset):
+    def check(topic: str, partition: int, offset: int) -> None:
         if offset < -2:
             raise ConfigError(f"option {name!r}: offset {offset} for {topic}-{partition} is "
                               "invalid (use -2 for earliest, -1 for latest, or an offset >= 0)")
@@ -291,7 +294,7 @@ def _offsets_spec(name: str, value: str, *, ending: bool, streaming: bool) -> Of
 
 
 def _timestamps_spec(name: str, value: str, *, ending: bool) -> OffsetSpec:
-    def check(topic, partition, ts):
+    def check(topic: str, partition: int, ts: int) -> None:
         if ts < 0:
             raise ConfigError(f"option {name!r}: timestamp {ts} for {topic}-{partition} must be "
                               ">= 0 (milliseconds since the epoch)")
@@ -311,7 +314,7 @@ def _pattern(value: str) -> str:
 def _assign(value: str) -> tuple[tuple[str, int], ...]:
     example = '{"topicA": [0, 1], "topicB": [2]}'
     obj = _json_object("assign", value, example)
-    out = set()
+    out: set[tuple[str, int]] = set()
     for topic, parts in obj.items():
         if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool)
                                                   and p >= 0 for p in parts):

@@ -28,8 +28,8 @@ from __future__ import annotations
 import heapq
 import uuid
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
 
 from ..errors import ConfigError, DataLossError, KwireError, NoOffsetForPartitionError
 from .options import EARLIEST, LATEST, OffsetSpec

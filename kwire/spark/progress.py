@@ -21,7 +21,8 @@ import dataclasses
 import json
 import logging
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["KafkaProgress", "kafka_progress", "offsets_of", "LagRecorder", "add_lag_listener"]
 

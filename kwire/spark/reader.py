@@ -31,15 +31,21 @@ import struct
 import time
 import uuid
 from collections import namedtuple
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from .._impl import codec_module
 from ..config import Config, parse_config
 from ..errors import (
-    CorruptRecordError, KafkaConnectionError, KafkaTimeoutError, KwireError, ProtocolError,
-    error_class, for_code,
+    CorruptRecordError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    ProtocolError,
+    error_class,
+    for_code,
 )
 from ..net import NetworkClient, now_ms
 from .options import SourceOptions
@@ -73,7 +79,7 @@ class ReadSettings:
     progress: Any = None
 
     @classmethod
-    def from_options(cls, o: SourceOptions) -> "ReadSettings":
+    def from_options(cls, o: SourceOptions) -> ReadSettings:
         return cls(dict(o.kafka), o.include_headers, o.fail_on_data_loss, o.poll_timeout_ms)
 
     def config(self) -> Config:

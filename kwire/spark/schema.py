@@ -15,6 +15,8 @@ headers        array<struct<key: string, value: binary>>     only with includeHe
 """
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["kafka_schema_ddl", "kafka_schema", "COLUMNS"]
 
 COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")
@@ -28,10 +30,16 @@ def kafka_schema_ddl(include_headers: bool = False) -> str:
     return _DDL + (_HEADERS_DDL if include_headers else "")
 
 
-def kafka_schema(include_headers: bool = False):
+def kafka_schema(include_headers: bool = False) -> Any:
     """The schema as a ``pyspark.sql.types.StructType``."""
     from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
         TimestampType,
     )
 

@@ -6,8 +6,13 @@ from __future__ import annotations
 from kwire.consumer.assignors import get_assignor
 from kwire.consumer.coordinator import GroupCoordinator
 from kwire.consumer.subscription import SubscriptionState
-from kwire.consumer.types import (AssignPartitions, CommitResult, ErrorAction, LosePartitions,
-                                  RevokePartitions)
+from kwire.consumer.types import (
+    AssignPartitions,
+    CommitResult,
+    ErrorAction,
+    LosePartitions,
+    RevokePartitions,
+)
 
 
 class GroupMember:

@@ -8,11 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kwire.consumer.assignors import (CooperativeStickyAssignor, MemberSubscription, RangeAssignor,
-                                      RoundRobinAssignor, decode_member_assignment,
-                                      decode_member_subscription, decode_sticky_user_data,
-                                      encode_member_assignment, encode_member_subscription,
-                                      encode_sticky_user_data, get_assignor)
+from kwire.consumer.assignors import (
+    CooperativeStickyAssignor,
+    MemberSubscription,
+    RangeAssignor,
+    RoundRobinAssignor,
+    decode_member_assignment,
+    decode_member_subscription,
+    decode_sticky_user_data,
+    encode_member_assignment,
+    encode_member_subscription,
+    encode_sticky_user_data,
+    get_assignor,
+)
 
 
 def M(mid, topics, owned=(), gen=-1, iid=None):

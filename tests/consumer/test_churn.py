@@ -57,7 +57,7 @@ class Member:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            raise AssertionError(f"{self.name} did not close within 30 s")
+            raise AssertionError(f"{self.name} did not close within 30 s") from None
 
     def events(self) -> list[tuple]:
         out = []
@@ -199,7 +199,7 @@ def test_churn(request, peer_name, unique_topic, create_topic, tmp_path, assigno
 
     for p in range(PARTITIONS):
         ivs = sorted((a, b, name) for name in owns for a, b in owns[name].get(p, ()))
-        for (a1, b1, n1), (a2, b2, n2) in zip(ivs, ivs[1:]):
+        for (_a1, b1, n1), (a2, _b2, n2) in zip(ivs, ivs[1:]):
             assert a2 >= b1 or n1 == n2, f"partition {p}: {n1} owned it until {b1:.3f}, {n2} from {a2:.3f}"
 
     if assignor in ("cooperative-sticky", "consumer"):  # incremental: kept partitions keep flowing

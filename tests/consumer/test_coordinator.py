@@ -6,10 +6,22 @@ import pytest
 from kwire.consumer._codes import E
 from kwire.consumer.coordinator import IllegalMemberTransition, MemberState
 from kwire.consumer.subscription import FetchState
-from kwire.consumer.types import (AssignPartitions, CommitResult, CommittedResult, ErrorAction,
-                                  LosePartitions, OffsetAndMetadata, RevokePartitions)
-from kwire.errors import (CommitFailedError, KafkaConnectionError, MaxPollIntervalExceededError,
-                          NotAssignedError, RebalanceInProgressError)
+from kwire.consumer.types import (
+    AssignPartitions,
+    CommitResult,
+    CommittedResult,
+    ErrorAction,
+    LosePartitions,
+    OffsetAndMetadata,
+    RevokePartitions,
+)
+from kwire.errors import (
+    CommitFailedError,
+    KafkaConnectionError,
+    MaxPollIntervalExceededError,
+    NotAssignedError,
+    RebalanceInProgressError,
+)
 
 from .fakes import Driver, FakeCluster
 from .members import GroupMember

@@ -2,18 +2,25 @@
 validation, queries) against the fake cluster."""
 from __future__ import annotations
 
-
 import pytest
 
 from kwire.consumer._codes import E
-from kwire.consumer.fetcher import FetchSession, Fetcher, decode_partition
+from kwire.consumer.fetcher import Fetcher, FetchSession, decode_partition
 from kwire.consumer.offsets import ListOffsetsResult, PositionManager
 from kwire.consumer.subscription import FetchState, Position, SubscriptionState
 from kwire.consumer.types import ErrorAction
 from kwire.errors import KafkaConnectionError, LogTruncationError
 
-from .fakes import (Driver, FakeCluster, FBatch, FRecord, fake_iter_batches, fake_iter_records,
-                    fake_scan, pack_batches)
+from .fakes import (
+    Driver,
+    FakeCluster,
+    FBatch,
+    FRecord,
+    fake_iter_batches,
+    fake_iter_records,
+    fake_scan,
+    pack_batches,
+)
 
 
 class MetadataRefresher:
@@ -299,7 +306,7 @@ def test_sessionless_old_fetch_versions(cluster):
 # --- budget ----------------------------------------------------------------------------------
 
 def test_buffer_budget_stops_and_resumes_fetching(cluster):
-    for i in range(20):
+    for _ in range(20):
         cluster.append(("t", 0), [b"x"])
     s = Setup(cluster, budget=16, max_partition_fetch_bytes=1)
     s.assign([("t", 0)])
@@ -444,7 +451,7 @@ def test_validation_skipped_when_broker_lacks_the_api(cluster):
 
 def test_list_offsets_query(cluster):
     fill(cluster, ("t", 1), 4)
-    for i, b in enumerate(cluster.logs[("t", 1)]):
+    for b in cluster.logs[("t", 1)]:
         for r in b.records:
             r.timestamp = 1000 + r.offset * 10
     s = Setup(cluster)
