@@ -36,16 +36,28 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import uuid
 from typing import Any
 
-from ._codes import E, error as broker_error
+from ._codes import E
+from ._codes import error as broker_error
 from .assignors import COOPERATIVE
-from .coordinator import (_COORDINATOR_GONE, NO_GENERATION, GroupCoordinator, MemberState,
-                          _Revocation)
+from .coordinator import (
+    _COORDINATOR_GONE,
+    NO_GENERATION,
+    GroupCoordinator,
+    MemberState,
+    _Ctx,
+    _Revocation,
+)
+from .subscription import SubscriptionState
 from .types import COORDINATOR, AssignPartitions, ErrorAction, Request
 
 log = logging.getLogger("kwire.consumer.member")
+
+TP = tuple[str, int]  # (topic, partition)
+_Subscription = tuple[tuple[str, ...] | None, str | None]  # (names, regex) as the broker hears it
 
 _S = MemberState
 _LEGAL_848: dict[MemberState, frozenset[MemberState]] = {
@@ -77,7 +89,7 @@ def new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def broker_regex(names: frozenset[str] | set[str], patterns: tuple) -> str:
+def broker_regex(names: frozenset[str] | set[str], patterns: tuple[re.Pattern[str], ...]) -> str:
     """One regular expression for the broker (RE2/J, matched against the whole topic name)
     that means what kwire's subscription means: each ``^pattern`` matches names that start
     with a match, as librdkafka's do, and each name only itself."""
@@ -94,7 +106,8 @@ class ConsumerGroupMember(GroupCoordinator):
     _legal = _LEGAL_848
     _HANDLERS = {**GroupCoordinator._HANDLERS, "cgh": "_on_cgh"}
 
-    def __init__(self, subscriptions, *, group_id: str | None, remote_assignor: str | None = None,
+    def __init__(self, subscriptions: SubscriptionState, *, group_id: str | None,
+                 remote_assignor: str | None = None,
                  member_id: str | None = None, **kw: Any):
         super().__init__(subscriptions, group_id=group_id, **kw)
         self.protocol = COOPERATIVE  # partitions move one by one, as cooperative-sticky's do
@@ -102,9 +115,9 @@ class ConsumerGroupMember(GroupCoordinator):
         self.member_id = member_id or new_member_id()
         self._server_named = False       # v0 brokers name the member in their first answer
         self._send_all = True            # the next heartbeat carries every field
-        self._sent_subscription: tuple | None = None  # (names, regex) the broker has
-        self._sent_owned: frozenset | None = None      # owned partitions the broker has
-        self._target: frozenset | None = None          # (topic id, partition) to reconcile
+        self._sent_subscription: _Subscription | None = None  # (names, regex) the broker has
+        self._sent_owned: frozenset[TP] | None = None  # owned partitions the broker has
+        self._target: frozenset[tuple[Any, int]] | None = None  # (topic id, partition) to reconcile
         self._target_waits_for: int | None = None      # metadata epoch it could not resolve in
         self._reconciled_once = False    # on_assign ran since this member joined
         self._join_seq = 0               # answers of an earlier membership are ignored
@@ -132,7 +145,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # --- membership ----------------------------------------------------------------------------
 
-    def _membership_poll(self, now_ms: int, out: list) -> None:
+    def _membership_poll(self, now_ms: int, out: list[Request]) -> None:
         state = self.state
         if state is MemberState.UNJOINED:
             if self._want_membership():
@@ -147,7 +160,7 @@ class ConsumerGroupMember(GroupCoordinator):
         if self.state is MemberState.LEAVING:
             self._maybe_leave(now_ms, out)
 
-    def _membership_deadlines(self, known: bool, ds: list) -> None:
+    def _membership_deadlines(self, known: bool, ds: list[int]) -> None:
         if self.state is MemberState.UNJOINED and self._want_membership():
             ds.append(0)
         if known and self.state in (MemberState.JOINING, MemberState.STABLE) and not self._hb_inflight:
@@ -175,14 +188,14 @@ class ConsumerGroupMember(GroupCoordinator):
         else:
             self._to(MemberState.JOINING, reason)
 
-    def _subscription(self) -> tuple:
+    def _subscription(self) -> _Subscription:
         """(sorted names, None) or (None, regex) as the broker is to be told."""
         subs = self.subs
         if subs.is_pattern:
             return None, broker_regex(subs.topics, subs.patterns)
         return tuple(sorted(subs.topics)), None
 
-    def _owned(self) -> frozenset:
+    def _owned(self) -> frozenset[TP]:
         return frozenset(self.subs.assigned())
 
     def _heartbeat_due_ms(self) -> int:
@@ -194,7 +207,7 @@ class ConsumerGroupMember(GroupCoordinator):
             return 0  # a reconciliation finished: acknowledge it
         return self._hb_next_ms
 
-    def _maybe_heartbeat(self, now_ms: int, out: list) -> None:
+    def _maybe_heartbeat(self, now_ms: int, out: list[Request]) -> None:
         if self._hb_inflight or self.coordinator_id is None or now_ms < self._heartbeat_due_ms():
             return
         joining = self.state is MemberState.JOINING
@@ -207,22 +220,20 @@ class ConsumerGroupMember(GroupCoordinator):
         if send_subscription and regex is None and (full or (
                 self._sent_subscription is not None and self._sent_subscription[1] is not None)):
             regex = ""  # no regex (and drop one the broker has), as librdkafka says it
-        if send_subscription and names is None:
-            names = ()
         epoch = 0 if joining else self.generation
         body: dict[str, Any] = {
             "group_id": self.group_id, "member_id": self.member_id, "member_epoch": epoch,
             "instance_id": self.group_instance_id,
             "rack_id": self.client_rack if full else None,
             "rebalance_timeout_ms": self.rebalance_timeout_ms if full else -1,
-            "subscribed_topic_names": list(names) if send_subscription else None,
+            "subscribed_topic_names": list(names or ()) if send_subscription else None,
             "subscribed_topic_regex": regex if send_subscription else None,
             "server_assignor": self.remote_assignor if full else None,
             "topic_partitions": self._by_topic_id(owned) if send_owned else None,
         }
         member_id = self.member_id
 
-        def build(version: int) -> dict:
+        def build(version: int) -> dict[str, Any]:
             if version == 0 and epoch == 0 and not self._server_named:
                 return {**body, "member_id": ""}  # (before KIP-1082 the broker names members)
             return body
@@ -237,14 +248,14 @@ class ConsumerGroupMember(GroupCoordinator):
                                              sent_member_id=member_id),
                            owner=self))
 
-    def _by_topic_id(self, tps: frozenset) -> list[dict]:
+    def _by_topic_id(self, tps: frozenset[TP]) -> list[dict[str, Any]]:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(tps):
             by_topic.setdefault(topic, []).append(partition)
         return [{"topic_id": self._topic_ids[t], "partitions": ps} for t, ps in by_topic.items()
                 if t in self._topic_ids]
 
-    def _on_cgh(self, req: Request, resp, now_ms: int) -> None:
+    def _on_cgh(self, req: Request, resp: dict[str, Any] | BaseException, now_ms: int) -> None:
         ctx = req.context
         if ctx.extra.get("leave") is not None:
             self._on_leave(req, resp, now_ms)  # (as the classic LeaveGroup's answer)
@@ -280,7 +291,7 @@ class ConsumerGroupMember(GroupCoordinator):
             self._actions.append(ErrorAction(broker_error(code, message)))
             self._hb_next_ms = now_ms + self.retry_backoff_ms
 
-    def _heartbeat_answered(self, ctx, resp: dict, now_ms: int) -> None:
+    def _heartbeat_answered(self, ctx: _Ctx, resp: dict[str, Any], now_ms: int) -> None:
         self._last_hb_ok_ms = now_ms
         if resp.get("member_id"):
             self.member_id = resp["member_id"]
@@ -344,6 +355,7 @@ class ConsumerGroupMember(GroupCoordinator):
         if not self._reconcile_ready():
             return
         target = self._target
+        assert target is not None  # (_reconcile_ready)
         names = {tid: name for name, tid in self._topic_ids.items()}
         wanted = {(names[tid], p) for tid, p in target if tid in names}
         unresolved = len(wanted) < len(target)
@@ -386,7 +398,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     # --- leaving -------------------------------------------------------------------------------
 
-    def _maybe_leave(self, now_ms: int, out: list) -> None:
+    def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
         if self._leave_inflight:
             return
         if any(not c.done for c in self._commits.values()):

@@ -110,7 +110,7 @@ def assert_one_owner_at_a_time(journal, *, callbacks=True):
     intervals, records = ownership_intervals(journal)
     for tp, ivs in intervals.items():
         ivs.sort()
-        for (s1, e1, m1), (s2, e2, m2) in zip(ivs, ivs[1:]):
+        for (_s1, e1, m1), (s2, _e2, m2) in zip(ivs, ivs[1:]):
             assert not callbacks or e1 <= s2, \
                 f"{tp} owned by {m1} until {e1:.3f} and by {m2} from {s2:.3f}"
     for t, name, (topic, partition, offset) in records:

@@ -13,8 +13,14 @@ from kwire.consumer.assignors import get_assignor
 from kwire.consumer.coordinator import MemberState
 from kwire.consumer.member import ConsumerGroupMember, broker_regex
 from kwire.consumer.subscription import SubscriptionState
-from kwire.consumer.types import (AssignPartitions, CommitResult, ErrorAction, LosePartitions,
-                                  OffsetAndMetadata, RevokePartitions)
+from kwire.consumer.types import (
+    AssignPartitions,
+    CommitResult,
+    ErrorAction,
+    LosePartitions,
+    OffsetAndMetadata,
+    RevokePartitions,
+)
 
 T1, T2 = uuid.uuid4(), uuid.uuid4()
 
