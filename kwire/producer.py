@@ -45,6 +45,7 @@ from .errors import (
 )
 from .net import NetworkClient, now_ms
 from .protocol.schema import ZERO_UUID
+from .stats import ProducerStats
 
 __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
@@ -263,6 +264,7 @@ class Producer:
         self._outstanding = 0
         self._rng = random.Random()
         self._closed = False
+        self._stats = ProducerStats.maybe(cfg, self._net, now_ms())  # None: statistics off
         from . import records as _records  # the record layer; imported late so a codec build
         self._build_batch = _records.build_batch  # problem surfaces only when producing
 
@@ -418,7 +420,7 @@ class Producer:
             self._serve_reports()
 
     def _next_wake_ms(self, now: int, flushing: bool) -> int:
-        t = now + 1000
+        t = now + 1000 if self._stats is None else min(now + 1000, self._stats.next_ms)
         for tp, q in self._batches.items():
             if q and tp not in self._busy:
                 b = q[0]
@@ -549,6 +551,8 @@ class Producer:
 
         # Produce v13 names topics by id only: use it only when every id is known.
         max_version = None if all(topic_ids.values()) else 12
+        if self._stats is not None:
+            self._stats.on_send(batches)
         f = self._net.send(node, "Produce", body, timeout_ms=timeout_ms, max_version=max_version)
         names = {tid: t for t, tid in topic_ids.items() if tid}
         f.add_callback(lambda f: self._on_produce(f, batches, names))
@@ -557,6 +561,8 @@ class Producer:
         now = now_ms()
         for b in batches:
             self._busy.discard(b.tp)
+        if self._stats is not None:
+            self._stats.on_done(batches)
         if f.error is not None:
             if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
                 self._md.request_update()  # the leader may have moved
@@ -618,6 +624,8 @@ class Producer:
         self._reports.append(msg)
 
     def _serve_reports(self) -> int:
+        if self._stats is not None:
+            self._stats.maybe_emit(self, now_ms())
         served = 0
         while self._reports:
             msg = self._reports.popleft()
