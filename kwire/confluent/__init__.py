@@ -13,7 +13,7 @@ What differs from confluent-kafka, and why:
   defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
   them with the reason); ``group.protocol=consumer`` (KIP-848) and transactions are refused.
-* ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).
+* ``stats_cb`` gets librdkafka's statistics JSON with the commonly graphed fields (see ``kwire.stats``).
 * Not provided: the schema registry and its serializers, ``purge()``,
   ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and
   admin operations kwire's Admin lacks (they raise ``_NOT_IMPLEMENTED``).

@@ -8,7 +8,6 @@ from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
-from ._stats import Stats
 from ._types import KafkaError, KafkaException, _from_report, to_kafka_error, to_kafka_exception
 
 log = logging.getLogger("kwire.confluent")
@@ -80,7 +79,6 @@ class Producer:
         self._all_down = False
         self._auth_reported = None
         self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
-        self._stats = Stats.maybe(extra, self, "producer")
         if self._error_cb is not None:
             # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
             # an unreachable cluster is noticed (and reported) without records to send.
@@ -144,8 +142,6 @@ class Producer:
                 return n
 
     def _events(self) -> None:
-        if self._stats is not None:
-            self._stats.maybe_emit(time.monotonic())
         net = self._p._net
         conns = list(net._conns.values())
         down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
