@@ -373,14 +373,18 @@ class Admin:
                                  raise_on_error: bool = True
                                  ) -> dict[str, GroupDescription | BrokerError]:
         """State, assignor and members (with their assigned partitions) of groups
-        (DescribeGroups to each group's coordinator)."""
+        (DescribeGroups to each group's coordinator).  A group that does not exist is
+        GroupIdNotFoundError (its ``coordinator`` set); brokers before DescribeGroups v6 describe
+        it as "Dead" instead."""
         group_ids = list(group_ids)
 
         def one(node, g, timeout_ms):
             resp = self._call(node, "DescribeGroups",
                               {"groups": [g], "include_authorized_operations": False}, timeout_ms)
             d = resp["groups"][0]
-            err = _err(d["error_code"], d.get("error_message"), group=g)
+            b = self._net.metadata.broker(node)
+            coord = BrokerNode(node, b.host, b.port, b.rack) if b else BrokerNode(node, "", -1)
+            err = _err(d["error_code"], d.get("error_message"), group=g, coordinator=coord)
             if err is not None:
                 return err
             members = []
@@ -395,8 +399,6 @@ class Admin:
                         assignment = ()
                 members.append(GroupMember(m["member_id"], m.get("group_instance_id"),
                                            m["client_id"], m["client_host"], assignment))
-            b = self._net.metadata.broker(node)
-            coord = BrokerNode(node, b.host, b.port, b.rack) if b else BrokerNode(node, "", -1)
             return GroupDescription(d["group_id"], d["group_state"], d["protocol_type"],
                                     d["protocol_data"], tuple(members), coord)
         return _results(self._per_group(group_ids, one, timeout), raise_on_error)
@@ -551,7 +553,7 @@ class Admin:
             info = snap.topics.get(t)
             part = None if info is None or info.error_code else info.partitions.get(p)
             if part is None or part.leader < 0:
-                out[(t, p)] = _err(3, f"{t}[{p}] has no known leader", topic=t)
+                out[(t, p)] = _err(3, f"{t}[{p}] has no known leader", topic=t, from_metadata=True)
                 continue
             by_leader.setdefault(part.leader, {}).setdefault(t, []).append(
                 {"partition_index": p, "current_leader_epoch": -1, "timestamp": int(spec),

@@ -16,7 +16,8 @@ What differs from confluent-kafka, and why:
 * ``stats_cb`` gets librdkafka's statistics JSON with the commonly graphed fields (see ``kwire.stats``).
 * Not provided: the schema registry and its serializers, ``purge()``,
   ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and
-  admin operations kwire's Admin lacks (they raise ``_NOT_IMPLEMENTED``).
+  the admin operations kwire's Admin lacks (ACLs, describe_topics, non-incremental
+  alter_configs, ...: they raise ``_NOT_IMPLEMENTED``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from .. import __version__ as _kwire_version
 from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
                      TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
                      KafkaError, KafkaException, Message, TopicPartition)
+from ._admin_types import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
+                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo)
 from ._serializing import DeserializingConsumer, SerializingProducer
 from .consumer import Consumer
 from .producer import Producer
@@ -31,7 +34,9 @@ from .producer import Producer
 __all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer", "Message", "KafkaError", "KafkaException", "TopicPartition",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-           "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a"]
+           "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a",
+           "Node", "ConsumerGroupTopicPartitions", "ConsumerGroupState", "ConsumerGroupType",
+           "IsolationLevel", "TopicCollection", "TopicPartitionInfo"]
 
 
 __version__ = _kwire_version
