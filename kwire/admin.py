@@ -325,6 +325,26 @@ class Admin:
                 out[(r["resource_type"], r["resource_name"])] = _err(r["error_code"], r.get("error_message"))
         return _results(out, raise_on_error)
 
+    def alter_configs(self, configs: Mapping[tuple[int, str], Mapping[str, Any]],
+                      timeout: float | None = 30.0, *, validate_only: bool = False,
+                      raise_on_error: bool = True) -> dict[tuple[int, str], BrokerError | None]:
+        """Replace resources' whole configuration (AlterConfigs, deprecated by Kafka): ``{(type,
+        name): {property: value}}``; every property not named returns to its default.  Prefer
+        :meth:`incremental_alter_configs`."""
+        configs = {(int(t), str(n)): dict(c) for (t, n), c in configs.items()}
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        out: dict = {k: None for k in configs}
+        for node, group in self._by_resource_node(list(configs), timeout_ms).items():
+            body = {"resources": [{"resource_type": t, "resource_name": n,
+                                   "configs": [{"name": k, "value": None if v is None else str(v)}
+                                               for k, v in configs[(t, n)].items()]}
+                                  for t, n in group],
+                    "validate_only": validate_only}
+            resp = self._call(node, "AlterConfigs", body, timeout_ms)
+            for r in resp["responses"]:
+                out[(r["resource_type"], r["resource_name"])] = _err(r["error_code"], r.get("error_message"))
+        return _results(out, raise_on_error)
+
     def _by_resource_node(self, resources, timeout_ms) -> dict:
         """Broker resources go to that broker (its own configs), the others to any broker."""
         out: dict = {}

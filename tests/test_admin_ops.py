@@ -87,6 +87,10 @@ def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
     assert admin.describe_configs([key])[key]["retention.ms"].is_default
     res = admin.incremental_alter_configs({key: [("retention.ms", OP_SET, "soon")]}, raise_on_error=False)
     assert isinstance(res[key], KwireError) and res[key].name == "INVALID_CONFIG"
+    # AlterConfigs (deprecated) replaces the whole configuration: cleanup.policy returns to default
+    assert admin.alter_configs({key: {"retention.ms": 7200000}}) == {key: None}
+    cfg = admin.describe_configs([key])[key]
+    assert cfg["retention.ms"].value == "7200000" and cfg["cleanup.policy"].is_default
     # a broker's own configs, asked of that broker
     broker_id = str(next(iter(admin.list_topics().brokers)))
     bcfg = admin.describe_configs([(RESOURCE_BROKER, broker_id)], include_synonyms=True)

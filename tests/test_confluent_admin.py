@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+import warnings
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -75,6 +76,12 @@ def admin_program(ck, bootstrap, topic, group):
         adm.ConfigEntry("cleanup.policy", None, incremental_operation=adm.AlterConfigOpType.DELETE)])
     seen["reset"] = [_outcome(f) for f in a.incremental_alter_configs([reset]).values()]
     seen["config_reset"] = described(res)
+    whole = adm.ConfigResource(adm.ResourceType.TOPIC, topic, set_config={"retention.ms": "7200000"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        futs = a.alter_configs([whole])
+    seen["alter_whole"] = ([w.category.__name__ for w in caught], [_outcome(f) for f in futs.values()])
+    seen["config_whole"] = described(res)
     worse = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
         adm.ConfigEntry("retention.ms", "soon", incremental_operation=adm.AlterConfigOpType.SET)])
     seen["alter_bad"] = [_outcome(f) for f in a.incremental_alter_configs([worse]).values()]
@@ -193,6 +200,7 @@ def test_admin_program_same_as_confluent_kafka(kafka, unique_topic):
     assert ours["grow"] == [(True, ("ok", None))] and ours["shrink"] == [("error", "INVALID_PARTITIONS")]
     assert ours["config_after"][1]["retention.ms"][:3] == ("3600000", 1, False)
     assert ours["config_reset"][1]["retention.ms"][2] is True
+    assert ours["config_whole"][1]["retention.ms"][0] == "7200000"
     assert ours["describe_active"][1][2] == "STABLE" and ours["delete_active"] == [("error", "NON_EMPTY_GROUP")]
     assert ours["offsets"][1][1] == [(True, 0, 4, None), (True, 1, 3, None)]
     assert ours["list_offsets_ts"][(True, 0)][1][0] == 2

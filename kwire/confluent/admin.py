@@ -10,13 +10,15 @@ future raises KafkaException wrapping a KafkaError (its code the broker's, or li
 one).  Each call runs on one worker thread owned by the AdminClient, so calls are served in
 order and the caller never blocks.
 
-Not provided (KafkaException(_NOT_IMPLEMENTED) at once): the deprecated non-incremental
-``alter_configs``, ACLs, ``describe_topics``, ``elect_leaders``, SCRAM credentials,
-``replica_assignment`` in create_topics/create_partitions.
+``alter_configs`` (deprecated, non-incremental) too.
+
+Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs, ``describe_topics``,
+``elect_leaders``, SCRAM credentials, ``replica_assignment`` in create_topics/create_partitions.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import warnings
 from typing import Any
 
 from ..admin import Admin as _KAdmin
@@ -362,6 +364,22 @@ class AdminClient:
             return {r: res[w] for r, w in wire.items()}
         return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
 
+    def alter_configs(self, resources, request_timeout=-1, validate_only=False):
+        """Deprecated by confluent-kafka (use incremental_alter_configs): replace each resource's
+        whole configuration with its ``set_config_dict``.  ``{ConfigResource: Future}``; each
+        result is None."""
+        warnings.warn("alter_configs has been deprecated. Use incremental_alter_configs instead.",
+                      DeprecationWarning, stacklevel=2)
+        wire = self._resources(resources)
+        configs = {w: dict(r.set_config_dict) for r, w in wire.items()}
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.alter_configs(configs, timeout, validate_only=validate_only,
+                                        raise_on_error=False)
+            return {r: res[w] for r, w in wire.items()}
+        return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
+
     def list_consumer_groups(self, request_timeout=-1, states=None, types=None):
         """One Future; its result is a ListConsumerGroupsResult (``valid`` listings, ``errors``
         of brokers that failed)."""
@@ -557,7 +575,7 @@ class AdminClient:
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "not supported by kwire's Admin"))
 
-    alter_configs = create_acls = describe_acls = delete_acls = describe_topics = _unsupported
+    create_acls = describe_acls = delete_acls = describe_topics = _unsupported
     elect_leaders = describe_user_scram_credentials = alter_user_scram_credentials = _unsupported
 
     def poll(self, timeout=None):
