@@ -307,3 +307,12 @@ def test_same_keys_and_values_as_confluent_kafka(kafka, create_topic, unique_top
 
     assert producer_view(ours["producer"], ours["topic"]) == producer_view(real["producer"], real["topic"])
     assert consumer_view(ours["consumer"], ours["topic"]) == consumer_view(real["consumer"], real["topic"])
+
+
+def test_window_statistics():
+    from kwire.stats import window
+    w = window(list(range(1, 101)), 100, 5050, 1, 100)
+    assert (w["min"], w["max"], w["avg"], w["sum"], w["cnt"]) == (1, 100, 50, 5050, 100)
+    assert (w["p50"], w["p75"], w["p90"], w["p95"], w["p99"], w["p99_99"]) == (50, 75, 90, 95, 99, 100)
+    assert w["stddev"] == 28  # population standard deviation of 1..100: 28.87
+    assert window([], 0, 0, 0, 0) == dict.fromkeys(w, 0)
