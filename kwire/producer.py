@@ -606,6 +606,8 @@ class Producer:
             return
         if f.response is None:  # acks=0: written is all we will ever know
             for b in batches:
+                if self._stats is not None:
+                    self._stats.on_acked(b)
                 for msg in b.msgs:
                     self._report(msg, None, now)
             return
@@ -629,6 +631,8 @@ class Producer:
                 continue
             base = pr["base_offset"]
             append_ms = pr.get("log_append_time_ms", -1)
+            if self._stats is not None:
+                self._stats.on_acked(b)
             for i, msg in enumerate(b.msgs):
                 msg._offset = base + i if base >= 0 else -1
                 # Like the Java client, trust a log-append time when the broker sends one.

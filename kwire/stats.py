@@ -23,7 +23,7 @@ Semantics as librdkafka's: offsets are -1001 when unknown; ``consumer_lag`` is t
 (``ls_offset`` with read_committed, ``hi_offset`` otherwise) minus ``committed_offset``,
 ``consumer_lag_stored`` the end minus ``stored_offset`` (-1 when either is unknown);
 ``rxmsgs`` counts records fetched and decoded for the application (not control records nor
-aborted ones), ``txmsgs`` records sent in Produce requests (a retried batch counts again).
+aborted ones), ``txmsgs`` records the brokers acknowledged (a retried batch counts once).
 Byte counts of records (``rxmsg_bytes``, ``txmsg_bytes``, partition ``rxbytes``/``txbytes``)
 are record-batch bytes as on the wire, framing included (STATISTICS.md's definition;
 librdkafka itself reports key + value sizes).  librdkafka's internals without a counterpart in
@@ -83,9 +83,10 @@ def window(samples: list, count: int, total: int, lo: int, hi: int) -> dict:
 
 class _Broker:
     __slots__ = ("tx", "txbytes", "rx", "rxbytes", "req", "rtts", "rtt_cnt", "rtt_sum",
-                 "rtt_min", "rtt_max")
+                 "rtt_min", "rtt_max", "conn")
 
-    def __init__(self):
+    def __init__(self, conn=None):
+        self.conn = conn  # the last Connection seen (its counters outlive it in _conns)
         self.tx = self.txbytes = self.rx = self.rxbytes = 0
         self.req: dict = {}
         self._reset_window()
@@ -103,10 +104,12 @@ class NetStats:
     def __init__(self):
         self.brokers: dict[int, _Broker] = {}
 
-    def on_io(self, direction: str, node_id: int, api: str, size: int | None, rtt_us) -> None:
-        b = self.brokers.get(node_id)
+    def on_io(self, direction: str, conn, api: str, size: int | None, rtt_us) -> None:
+        b = self.brokers.get(conn.node_id)
         if b is None:
-            b = self.brokers[node_id] = _Broker()
+            b = self.brokers[conn.node_id] = _Broker(conn)
+        elif b.conn is not conn:
+            b.conn = conn
         if direction == "send":
             b.tx += 1
             b.txbytes += size or 0
@@ -129,8 +132,11 @@ class NetStats:
         window."""
         out = {}
         tot = [0, 0, 0, 0]
-        for node_id, conn in list(net._conns.items()):
-            b = self.brokers.get(node_id) or _Broker()
+        conns = dict(net._conns)
+        for node_id, b in self.brokers.items():  # connections closed since keep their counts
+            conns.setdefault(node_id, b.conn)
+        for node_id, conn in conns.items():
+            b = self.brokers.get(node_id) or _Broker(conn)
             source = "learned"
             if node_id < 0:
                 name, source = f"{conn.host}:{conn.port}/bootstrap", "configured"
@@ -142,7 +148,8 @@ class NetStats:
             out[name] = {
                 "name": name, "nodeid": node_id, "nodename": f"{conn.host}:{conn.port}",
                 "source": source,
-                "state": _BROKER_STATE.get(conn.state.name, conn.state.name),
+                "state": _BROKER_STATE.get(conn.state.name, conn.state.name)
+                if net._conns.get(node_id) is conn else "DOWN",
                 "outbuf_cnt": len(conn.out), "waitresp_cnt": len(conn.in_flight),
                 "tx": b.tx, "txbytes": b.txbytes, "rx": b.rx, "rxbytes": b.rxbytes,
                 "req": req,
@@ -252,9 +259,13 @@ class ConsumerStats(_Base):
         doc.update(replyq=len(c._q) + len(c._urgent), msg_cnt=0, msg_size=0, msg_max=0,
                    msg_size_max=0, simple_cnt=0)
         fetchq: dict = {}
+        subs = c._subs
         for chunk in list(c._raw) + list(c._q):
             if type(chunk).__name__ != "FetchedChunk":
                 continue
+            st = subs.get(chunk.tp)
+            if st is None or chunk.fence != st.fence:
+                continue  # fetched before a seek, pause or revocation: to be dropped
             q = fetchq.get(chunk.tp)
             if q is None:
                 q = fetchq[chunk.tp] = [0, 0]
@@ -338,12 +349,16 @@ class ProducerStats(_Base):
 
     def on_send(self, batches) -> None:
         for b in batches:
-            c = self.tx.get(b.tp)
-            if c is None:
-                c = self.tx[b.tp] = [0, 0]
-            c[0] += len(b.msgs)
-            c[1] += len(b.payload)
             self.inflight[id(b)] = b
+
+    def on_acked(self, b) -> None:
+        """A batch the broker acknowledged (acks=0: wrote): its records count as transmitted
+        once, however often it was sent."""
+        c = self.tx.get(b.tp)
+        if c is None:
+            c = self.tx[b.tp] = [0, 0]
+        c[0] += len(b.msgs)
+        c[1] += len(b.payload)
 
     def on_done(self, batches) -> None:
         for b in batches:

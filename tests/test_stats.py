@@ -141,7 +141,7 @@ def test_consumer_statistics_offsets_lag_and_fetch_queue(kafka, topic):
         assert doc["cgrp"]["assignment_size"] == 1 and doc["cgrp"]["rebalance_cnt"] == 0
         fetch_broker = [b for b in doc["brokers"].values() if b["req"].get("Fetch")]
         assert fetch_broker and fetch_broker[0]["nodeid"] >= 0
-        assert any(b["req"].get("OffsetCommit") == 1 for b in doc["brokers"].values())
+        assert any(b["req"].get("OffsetCommit", 0) >= 1 for b in doc["brokers"].values()), doc["brokers"]
         assert set(threads) == {threading.main_thread()}
     finally:
         c.close()

@@ -1336,7 +1336,7 @@ class NetworkClient:
 
     def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
         if self.stats is not None:
-            self.stats.on_io(direction, conn.node_id, f.api, size,
+            self.stats.on_io(direction, conn, f.api, size,
                              f.rtt_us if direction == "recv" else None)
         tracer = self.tracer
         logging_on = protocol_log.isEnabledFor(logging.DEBUG)
