@@ -1,4 +1,5 @@
-"""Cluster administration: create topics, describe the cluster, delete records.
+"""Cluster administration: topics, partitions, configs, consumer groups and their offsets,
+offsets of partitions, records, the cluster.
 
     with Admin({"bootstrap.servers": "localhost:9092"}) as admin:
         admin.create_topics([("events", 6, 1)], ignore_existing=True)
@@ -6,7 +7,17 @@
         snapshot.topics["events"].partitions[0].leader
 
 Timeouts are in seconds, as in confluent-kafka.  Broker errors surface as the typed
-:class:`~kwire.errors.BrokerError` subclasses (``TopicAlreadyExistsError``, ...).
+:class:`~kwire.errors.BrokerError` subclasses (``TopicAlreadyExistsError``, ...).  Calls on
+several items (topics, resources, groups, partitions) return ``{item: result}``; with
+``raise_on_error=True`` (the default) the first item's error is raised instead, else an item's
+error is its result.
+
+Which request goes where: CreateTopics/DeleteTopics/CreatePartitions to the controller (any
+broker forwards them under KRaft), DescribeConfigs/IncrementalAlterConfigs of a broker resource
+to that broker, of other resources to any broker; group calls (DescribeGroups, DeleteGroups,
+OffsetFetch, OffsetCommit, OffsetDelete) to the group's coordinator (FindCoordinator, retried
+while the coordinator is loading or moving); ListGroups to every broker; ListOffsets and
+DeleteRecords to each partition's leader; DescribeCluster to any broker.
 """
 from __future__ import annotations
 
@@ -17,11 +28,97 @@ from typing import Any
 
 from .config import Config, parse_config
 from .errors import BrokerError, KafkaTimeoutError, TopicAlreadyExistsError, for_code  # noqa: F401
+from .consumer.types import OffsetAndMetadata
 from .net import ClusterSnapshot, Metadata, NetworkClient
+from .protocol.api import decode_assignment
+from .protocol.schema import ZERO_UUID
 
-__all__ = ["Admin", "NewTopic", "ClusterSnapshot"]
+__all__ = ["Admin", "NewTopic", "ClusterSnapshot", "ConfigEntry", "ConfigSynonym", "GroupListing",
+           "GroupMember", "GroupDescription", "ListedOffset", "ClusterDescription", "BrokerNode",
+           "RESOURCE_TOPIC", "RESOURCE_BROKER", "RESOURCE_BROKER_LOGGER", "RESOURCE_GROUP",
+           "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
 _TOPIC_ALREADY_EXISTS = 36
+_COORDINATOR_RETRY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+
+# config resource types as on the wire (DescribeConfigs, IncrementalAlterConfigs)
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP = 2, 4, 8, 32
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+# list_offsets specs besides a timestamp in ms
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One configuration property of a resource, as DescribeConfigs tells it.  ``source``:
+    Kafka's ConfigSource (1 dynamic topic, 2 dynamic broker, 3 dynamic default broker,
+    4 static broker, 5 default, 6 dynamic broker logger, 7 client metrics, 8 group)."""
+
+    name: str
+    value: str | None
+    source: int
+    read_only: bool
+    is_default: bool
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    protocol_type: str  # "consumer" for consumer groups, "" for simple (commit-only) groups
+    state: str          # "Stable", "Empty", ... ("" from brokers before ListGroups v4)
+    type: str           # "classic", "consumer" ("" from brokers before ListGroups v5)
+    coordinator_id: int
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[tuple[str, int], ...]  # (topic, partition) pairs; () if not a consumer's
+
+
+@dataclass(frozen=True)
+class BrokerNode:
+    id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str  # the assignor (consumer groups)
+    members: tuple[GroupMember, ...]
+    coordinator: BrokerNode
+
+
+@dataclass(frozen=True)
+class ListedOffset:
+    offset: int
+    timestamp: int
+    leader_epoch: int | None
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerNode, ...]
 
 
 @dataclass(frozen=True)
@@ -152,6 +249,379 @@ class Admin:
                     out[(t["name"], p["partition_index"])] = p["low_watermark"]
         return out
 
+    # --- topics and partitions ------------------------------------------------------------------
+    def delete_topics(self, names: Iterable[str], timeout: float | None = 30.0, *,
+                      raise_on_error: bool = True) -> dict[str, BrokerError | None]:
+        """Delete topics (DeleteTopics); ``{name: None | error}``."""
+        names = list(names)
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        body = {"topic_names": names, "topics": [{"name": n, "topic_id": ZERO_UUID} for n in names],
+                "timeout_ms": timeout_ms}
+        resp = self._call(self._controller(timeout_ms), "DeleteTopics", body, timeout_ms + 1000)
+        out: dict[str, BrokerError | None] = {n: None for n in names}
+        for r in resp["responses"]:
+            out[r["name"]] = _err(r["error_code"], r.get("error_message"), topic=r["name"])
+        return _results(out, raise_on_error)
+
+    def create_partitions(self, new_totals: Mapping[str, int], timeout: float | None = 30.0, *,
+                          validate_only: bool = False, raise_on_error: bool = True
+                          ) -> dict[str, BrokerError | None]:
+        """Grow topics to ``{topic: new total partition count}`` (CreatePartitions)."""
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        body = {"topics": [{"name": t, "count": int(n), "assignments": None}
+                           for t, n in new_totals.items()],
+                "timeout_ms": timeout_ms, "validate_only": validate_only}
+        resp = self._call(self._controller(timeout_ms), "CreatePartitions", body, timeout_ms + 1000)
+        out: dict[str, BrokerError | None] = {t: None for t in new_totals}
+        for r in resp["results"]:
+            out[r["name"]] = _err(r["error_code"], r.get("error_message"), topic=r["name"])
+        return _results(out, raise_on_error)
+
+    # --- configs -------------------------------------------------------------------------------
+    def describe_configs(self, resources: Iterable[tuple[int, str]], timeout: float | None = 30.0, *,
+                         include_synonyms: bool = False, raise_on_error: bool = True
+                         ) -> dict[tuple[int, str], dict[str, ConfigEntry] | BrokerError]:
+        """The configuration of each ``(resource_type, name)`` (RESOURCE_TOPIC, RESOURCE_BROKER
+        with the broker id as name, ...): ``{resource: {property: ConfigEntry}}``."""
+        resources = [(int(t), str(n)) for t, n in resources]
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        out: dict = {}
+        for node, group in self._by_resource_node(resources, timeout_ms).items():
+            body = {"resources": [{"resource_type": t, "resource_name": n, "configuration_keys": None}
+                                  for t, n in group],
+                    "include_synonyms": include_synonyms, "include_documentation": False}
+            resp = self._call(node, "DescribeConfigs", body, timeout_ms)
+            for r in resp["results"]:
+                key = (r["resource_type"], r["resource_name"])
+                err = _err(r["error_code"], r.get("error_message"))
+                out[key] = err if err is not None else {
+                    c["name"]: ConfigEntry(
+                        c["name"], c["value"], c.get("config_source", -1), c["read_only"],
+                        c.get("config_source") == 5 if "config_source" in c else c.get("is_default", False),
+                        c["is_sensitive"],
+                        tuple(ConfigSynonym(s["name"], s["value"], s["source"])
+                              for s in c.get("synonyms") or ()))
+                    for c in r["configs"]}
+        return _results({k: out.get(k) for k in resources}, raise_on_error)
+
+    def incremental_alter_configs(self, changes: Mapping[tuple[int, str], Iterable[tuple]],
+                                  timeout: float | None = 30.0, *, validate_only: bool = False,
+                                  raise_on_error: bool = True
+                                  ) -> dict[tuple[int, str], BrokerError | None]:
+        """Change properties of resources (IncrementalAlterConfigs): ``{(resource_type, name):
+        [(property, op, value), ...]}`` with op OP_SET, OP_DELETE, OP_APPEND or OP_SUBTRACT;
+        properties not named keep their values."""
+        changes = {(int(t), str(n)): list(ops) for (t, n), ops in changes.items()}
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        out: dict = {k: None for k in changes}
+        for node, group in self._by_resource_node(list(changes), timeout_ms).items():
+            body = {"resources": [{"resource_type": t, "resource_name": n,
+                                   "configs": [{"name": name, "config_operation": int(op),
+                                                "value": None if value is None else str(value)}
+                                               for name, op, value in changes[(t, n)]]}
+                                  for t, n in group],
+                    "validate_only": validate_only}
+            resp = self._call(node, "IncrementalAlterConfigs", body, timeout_ms)
+            for r in resp["responses"]:
+                out[(r["resource_type"], r["resource_name"])] = _err(r["error_code"], r.get("error_message"))
+        return _results(out, raise_on_error)
+
+    def alter_configs(self, configs: Mapping[tuple[int, str], Mapping[str, Any]],
+                      timeout: float | None = 30.0, *, validate_only: bool = False,
+                      raise_on_error: bool = True) -> dict[tuple[int, str], BrokerError | None]:
+        """Replace resources' whole configuration (AlterConfigs, deprecated by Kafka): ``{(type,
+        name): {property: value}}``; every property not named returns to its default.  Prefer
+        :meth:`incremental_alter_configs`."""
+        configs = {(int(t), str(n)): dict(c) for (t, n), c in configs.items()}
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        out: dict = {k: None for k in configs}
+        for node, group in self._by_resource_node(list(configs), timeout_ms).items():
+            body = {"resources": [{"resource_type": t, "resource_name": n,
+                                   "configs": [{"name": k, "value": None if v is None else str(v)}
+                                               for k, v in configs[(t, n)].items()]}
+                                  for t, n in group],
+                    "validate_only": validate_only}
+            resp = self._call(node, "AlterConfigs", body, timeout_ms)
+            for r in resp["responses"]:
+                out[(r["resource_type"], r["resource_name"])] = _err(r["error_code"], r.get("error_message"))
+        return _results(out, raise_on_error)
+
+    def _by_resource_node(self, resources, timeout_ms) -> dict:
+        """Broker resources go to that broker (its own configs), the others to any broker."""
+        out: dict = {}
+        for t, n in resources:
+            node = None
+            if t in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER) and n:
+                node = int(n)
+                self._know_broker(node, timeout_ms)
+            out.setdefault(node, []).append((t, n))
+        return out
+
+    # --- consumer groups -------------------------------------------------------------------------
+    def list_consumer_groups(self, states: Iterable[str] | None = None,
+                             types: Iterable[str] | None = None, timeout: float | None = 30.0
+                             ) -> list[GroupListing]:
+        """Every group of the cluster (ListGroups to each broker), filtered by state ("Stable",
+        "Empty", ...) and type ("classic", "consumer") when given.  A broker's error raises."""
+        listings, errors = self._list_groups(states, types, timeout)
+        if errors:
+            raise errors[0]
+        return listings
+
+    def _list_groups(self, states, types, timeout) -> tuple[list[GroupListing], list[BrokerError]]:
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        self._net.refresh_metadata([], timeout_ms)
+        body = {"states_filter": list(states or ()), "types_filter": list(types or ())}
+        pending = [(b, self._net.send(b, "ListGroups", body, timeout_ms=timeout_ms))
+                   for b in sorted(self._net.metadata.brokers)]
+        listings, errors = [], []
+        seen = set()
+        for b, f in pending:
+            resp = self._net.wait(f).result()
+            err = _err(resp["error_code"], f"ListGroups on broker {b}")
+            if err is not None:
+                errors.append(err)
+                continue
+            for g in resp["groups"]:
+                if g["group_id"] in seen:
+                    continue
+                seen.add(g["group_id"])
+                listings.append(GroupListing(g["group_id"], g["protocol_type"],
+                                             g.get("group_state") or "", g.get("group_type") or "", b))
+        return listings, errors
+
+    def describe_consumer_groups(self, group_ids: Iterable[str], timeout: float | None = 30.0, *,
+                                 raise_on_error: bool = True
+                                 ) -> dict[str, GroupDescription | BrokerError]:
+        """State, assignor and members (with their assigned partitions) of groups
+        (DescribeGroups to each group's coordinator).  A group that does not exist is
+        GroupIdNotFoundError (its ``coordinator`` set); brokers before DescribeGroups v6 describe
+        it as "Dead" instead."""
+        group_ids = list(group_ids)
+
+        def one(node, g, timeout_ms):
+            resp = self._call(node, "DescribeGroups",
+                              {"groups": [g], "include_authorized_operations": False}, timeout_ms)
+            d = resp["groups"][0]
+            b = self._net.metadata.broker(node)
+            coord = BrokerNode(node, b.host, b.port, b.rack) if b else BrokerNode(node, "", -1)
+            err = _err(d["error_code"], d.get("error_message"), group=g, coordinator=coord)
+            if err is not None:
+                return err
+            members = []
+            for m in d["members"]:
+                assignment: tuple = ()
+                if d["protocol_type"] == "consumer" and m["member_assignment"]:
+                    try:
+                        _, a = decode_assignment(m["member_assignment"])
+                        assignment = tuple((t["topic"], p) for t in a["assigned_partitions"]
+                                           for p in t["partitions"])
+                    except Exception:  # an assignment another client encoded its own way
+                        assignment = ()
+                members.append(GroupMember(m["member_id"], m.get("group_instance_id"),
+                                           m["client_id"], m["client_host"], assignment))
+            return GroupDescription(d["group_id"], d["group_state"], d["protocol_type"],
+                                    d["protocol_data"], tuple(members), coord)
+        return _results(self._per_group(group_ids, one, timeout), raise_on_error)
+
+    def delete_consumer_groups(self, group_ids: Iterable[str], timeout: float | None = 30.0, *,
+                               raise_on_error: bool = True) -> dict[str, BrokerError | None]:
+        """Delete empty groups and their committed offsets (DeleteGroups)."""
+        def one(node, g, timeout_ms):
+            resp = self._call(node, "DeleteGroups", {"groups_names": [g]}, timeout_ms)
+            r = resp["results"][0]
+            return _err(r["error_code"], None, group=g)
+        return _results(self._per_group(list(group_ids), one, timeout), raise_on_error)
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[tuple[str, int]] | None = None,
+                                    timeout: float | None = 30.0, *, require_stable: bool = False
+                                    ) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """The group's committed offsets (OffsetFetch): of ``partitions``, or (None) of every
+        partition it has committed.  A partition without a commit has offset -1."""
+        by_topic: dict[str, list[int]] | None = None
+        if partitions is not None:
+            by_topic = {}
+            for t, p in partitions:
+                by_topic.setdefault(t, []).append(p)
+        topics = None if by_topic is None else [{"name": t, "partition_indexes": ps}
+                                                 for t, ps in by_topic.items()]
+        body = {"group_id": group_id, "topics": topics, "require_stable": require_stable,
+                "groups": [{"group_id": group_id, "member_id": None, "member_epoch": -1,
+                            "topics": topics}]}
+
+        def one(node, g, timeout_ms):
+            resp = self._call(node, "OffsetFetch", body, timeout_ms, max_version=9)
+            if resp.get("groups"):
+                grp = resp["groups"][0]
+                code, tlist = grp["error_code"], grp["topics"]
+            else:
+                code, tlist = resp.get("error_code", 0), resp["topics"]
+            err = _err(code, None, group=g)
+            if err is not None:
+                return err
+            out = {}
+            for t in tlist:
+                for p in t["partitions"]:
+                    perr = _err(p["error_code"], f"{t['name']}[{p['partition_index']}]", group=g)
+                    if perr is not None:
+                        return perr
+                    ep = p.get("committed_leader_epoch", -1)
+                    out[(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                        p["committed_offset"], ep if ep is not None and ep >= 0 else None, p["metadata"])
+            return out
+        res = self._per_group([group_id], one, timeout)[group_id]
+        if isinstance(res, BaseException):
+            raise res
+        return res
+
+    def alter_consumer_group_offsets(self, group_id: str,
+                                     offsets: Mapping[tuple[str, int], int | OffsetAndMetadata],
+                                     timeout: float | None = 30.0, *, raise_on_error: bool = True
+                                     ) -> dict[tuple[str, int], BrokerError | None]:
+        """Set a group's committed offsets (OffsetCommit outside any generation: the group must
+        have no active members, else UNKNOWN_MEMBER_ID)."""
+        by_topic: dict[str, list] = {}
+        for (t, p), o in offsets.items():
+            om = o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(int(o))
+            by_topic.setdefault(t, []).append({
+                "partition_index": p, "committed_offset": om.offset,
+                "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
+                "committed_metadata": om.metadata or "", "commit_timestamp": -1})
+        body = {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                "group_instance_id": None, "retention_time_ms": -1,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+        def one(node, g, timeout_ms):
+            resp = self._call(node, "OffsetCommit", body, timeout_ms, max_version=9)
+            out = {}
+            for t in resp["topics"]:
+                for p in t["partitions"]:
+                    out[(t["name"], p["partition_index"])] = _err(
+                        p["error_code"], f"{t['name']}[{p['partition_index']}]", group=g)
+            coord = next((e for e in out.values() if e is not None and e.code in _COORDINATOR_RETRY), None)
+            return coord if coord is not None else out
+        res = self._per_group([group_id], one, timeout)[group_id]
+        if isinstance(res, BaseException):
+            raise res
+        return _results({tp: res.get(tp) for tp in offsets}, raise_on_error)
+
+    def delete_consumer_group_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]],
+                                      timeout: float | None = 30.0, *, raise_on_error: bool = True
+                                      ) -> dict[tuple[str, int], BrokerError | None]:
+        """Delete a group's committed offsets of ``partitions`` (OffsetDelete; refused with
+        GROUP_SUBSCRIBED_TO_TOPIC while a member consumes the topic)."""
+        partitions = list(partitions)
+        by_topic: dict[str, list] = {}
+        for t, p in partitions:
+            by_topic.setdefault(t, []).append({"partition_index": p})
+        body = {"group_id": group_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+        def one(node, g, timeout_ms):
+            resp = self._call(node, "OffsetDelete", body, timeout_ms)
+            err = _err(resp["error_code"], None, group=g)
+            if err is not None:
+                return err
+            return {(t["name"], p["partition_index"]): _err(p["error_code"], f"{t['name']}[{p['partition_index']}]", group=g)
+                    for t in resp["topics"] for p in t["partitions"]}
+        res = self._per_group([group_id], one, timeout)[group_id]
+        if isinstance(res, BaseException):
+            raise res
+        return _results({tp: res.get(tp) for tp in partitions}, raise_on_error)
+
+    def _per_group(self, group_ids: list, one, timeout) -> dict:
+        """``one(coordinator_node, group_id, timeout_ms)`` for each group, retried (with a new
+        FindCoordinator) while the coordinator is loading, unavailable or has moved."""
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        deadline = time.monotonic() + timeout_ms / 1000
+        out: dict = {}
+        for g in group_ids:
+            while True:
+                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                node = self._find_coordinator(g, left_ms)
+                res = node if isinstance(node, BaseException) else one(node, g, left_ms)
+                if isinstance(res, BrokerError) and res.code in _COORDINATOR_RETRY \
+                        and time.monotonic() + self.config.retry_backoff_ms / 1000 < deadline:
+                    time.sleep(self.config.retry_backoff_ms / 1000)
+                    continue
+                out[g] = res
+                break
+        return out
+
+    def _find_coordinator(self, group_id: str, timeout_ms: int) -> int | BrokerError:
+        resp = self._call(None, "FindCoordinator",
+                          {"key": group_id, "key_type": 0, "coordinator_keys": [group_id]}, timeout_ms)
+        c = resp["coordinators"][0] if resp.get("coordinators") else resp
+        err = _err(c["error_code"], c.get("error_message"), group=group_id)
+        if err is not None:
+            return err
+        self._know_broker(c["node_id"], timeout_ms)
+        return c["node_id"]
+
+    # --- partitions' offsets, the cluster ---------------------------------------------------------
+    def list_offsets(self, specs: Mapping[tuple[str, int], int], timeout: float | None = 30.0, *,
+                     isolation_level: str = "read_uncommitted", raise_on_error: bool = True
+                     ) -> dict[tuple[str, int], ListedOffset | BrokerError]:
+        """Offsets of partitions (ListOffsets to each leader): ``{(topic, partition): spec}``
+        with spec EARLIEST, LATEST, MAX_TIMESTAMP (the record with the highest timestamp) or a
+        timestamp in ms (the first offset at or after it; offset -1 when none)."""
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        snap = self.list_topics({t for t, _ in specs}, timeout)
+        by_leader: dict[int, dict[str, list]] = {}
+        out: dict = {}
+        for (t, p), spec in specs.items():
+            info = snap.topics.get(t)
+            part = None if info is None or info.error_code else info.partitions.get(p)
+            if part is None or part.leader < 0:
+                out[(t, p)] = _err(3, f"{t}[{p}] has no known leader", topic=t, from_metadata=True)
+                continue
+            by_leader.setdefault(part.leader, {}).setdefault(t, []).append(
+                {"partition_index": p, "current_leader_epoch": -1, "timestamp": int(spec),
+                 "max_num_offsets": 1})
+        iso = 1 if isolation_level == "read_committed" else 0
+        min_version = 7 if any(s == MAX_TIMESTAMP for s in specs.values()) else None
+        pending = []
+        for leader, topics in by_leader.items():
+            body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": timeout_ms,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+            pending.append(self._net.send(leader, "ListOffsets", body, timeout_ms=timeout_ms,
+                                          min_version=min_version))
+        for f in pending:
+            resp = self._net.wait(f).result()
+            for t in resp["topics"]:
+                for p in t["partitions"]:
+                    key = (t["name"], p["partition_index"])
+                    err = _err(p["error_code"], f"{key[0]}[{key[1]}]", topic=key[0])
+                    ep = p.get("leader_epoch", -1)
+                    out[key] = err if err is not None else ListedOffset(
+                        p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
+        return _results({k: out.get(k) for k in specs}, raise_on_error)
+
+    def describe_cluster(self, timeout: float | None = 30.0) -> ClusterDescription:
+        """Cluster id, controller and brokers (DescribeCluster)."""
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        resp = self._call(None, "DescribeCluster",
+                          {"include_cluster_authorized_operations": False, "endpoint_type": 1,
+                           "include_fenced_brokers": False}, timeout_ms)
+        err = _err(resp["error_code"], resp.get("error_message"))
+        if err is not None:
+            raise err
+        return ClusterDescription(resp["cluster_id"], resp["controller_id"], tuple(
+            BrokerNode(b["broker_id"], b["host"], b["port"], b.get("rack"))
+            for b in resp["brokers"]))
+
+    # --- plumbing ----------------------------------------------------------------------------------
+    def _call(self, node: int | None, api: str, body: dict, timeout_ms: int, *,
+              max_version: int | None = None) -> dict:
+        f = self._net.send(node, api, body, timeout_ms=timeout_ms, max_version=max_version)
+        return self._net.wait(f).result()
+
+    def _know_broker(self, node_id: int, timeout_ms: int) -> None:
+        """Requests to ``node_id`` need its address: refresh metadata when it is not known."""
+        if self._net.metadata.broker(node_id) is None:
+            self._net.refresh_metadata([], timeout_ms)
+
     def _controller(self, timeout_ms: int) -> int | None:
         """CreateTopics goes to the controller (KRaft brokers forward it, so any broker does
         when the controller is unknown or not a broker we can reach)."""
@@ -180,3 +650,22 @@ def _new_topic(t) -> NewTopic:
     if isinstance(t, str):
         return NewTopic(t)
     return NewTopic(*t)
+
+
+def _err(code: int, message: str | None, **where) -> BrokerError | None:
+    """The typed error of a non-zero code (with ``.topic`` / ``.group`` set), else None."""
+    if not code:
+        return None
+    err = for_code(code, message)
+    for k, v in where.items():
+        setattr(err, k, v)
+    return err
+
+
+def _results(out: dict, raise_on_error: bool) -> dict:
+    """``out`` as it is, or with ``raise_on_error`` its first error raised."""
+    if raise_on_error:
+        for v in out.values():
+            if isinstance(v, BaseException):
+                raise v
+    return out

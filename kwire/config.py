@@ -129,6 +129,12 @@ PROPERTIES: tuple[Prop, ...] = (
     _p("error_cb", "callable", None, "Called with a KwireError for errors not tied to one "
        "request (as confluent-kafka's error_cb)."),
     _p("logger", "callable", None, "A logging.Logger to use instead of the 'kwire' loggers."),
+    _p("statistics.interval.ms", "int", 0, "Consumer and producer: every this many ms, "
+       "stats_cb gets librdkafka's statistics JSON (see kwire.stats for the fields), from "
+       "poll()/consume()/flush() on the application's thread.  0: off (no cost).",
+       min=0, max=86400000),
+    _p("stats_cb", "callable", None, "Called with the statistics JSON (a str) every "
+       "statistics.interval.ms (as confluent-kafka's stats_cb)."),
     # --- consumer ----------------------------------------------------------------------
     _p("group.id", "str", None, "Consumer group id.  Required for subscribe() and commits.",
        role=CONSUMER),

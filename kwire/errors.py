@@ -134,6 +134,16 @@ class ConcurrentUseError(KwireError, RuntimeError):
     raises at once instead of taking records half way through the first's."""
 
 
+class PurgedError(KwireError):
+    """The delivery report of a record Producer.purge() dropped: still queued (``in_flight``
+    False: never sent) or sent without an answer yet (``in_flight`` True: the broker may still
+    have written it)."""
+
+    def __init__(self, message: str, *, in_flight: bool = False):
+        super().__init__(message)
+        self.in_flight = in_flight
+
+
 class MaxPollIntervalExceededError(KwireError):
     """The application did not call poll()/consume() within max.poll.interval.ms: the member
     left the group and its partitions were lost (on_lost ran first).  Raised once from the next

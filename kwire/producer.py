@@ -47,10 +47,12 @@ from .errors import (
     KafkaTimeoutError,
     KwireError,
     ProtocolError,
+    PurgedError,
     for_code,
 )
 from .net import NetworkClient, now_ms
 from .protocol.schema import ZERO_UUID
+from .stats import ProducerStats
 
 __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
@@ -195,7 +197,7 @@ class DeliveryReport:
 
 class _Batch:
     __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
-                 "next_attempt_ms", "stale_metadata_ms")
+                 "next_attempt_ms", "stale_metadata_ms", "purged")
 
     def __init__(self, tp: tuple[str, int], now: int):
         self.tp = tp
@@ -208,6 +210,7 @@ class _Batch:
         self.next_attempt_ms = 0
         # after NOT_LEADER & co: the metadata's updated_ms then; the retry waits for newer
         self.stale_metadata_ms = -1
+        self.purged = False  # reported by purge() while in flight: its answer is ignored
 
 
 def _to_bytes(value, what: str) -> bytes | None:
@@ -264,11 +267,13 @@ class Producer:
         self._parked: dict[str, deque[DeliveryReport]] = {}  # waiting for the topic's metadata
         self._unknown_since: dict[str, int] = {}
         self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        self._flying: dict[int, _Batch] = {}  # id -> batch in flight (for purge())
         self._sticky: dict[str, int] = {}  # topic -> partition for null keys
         self._reports: deque[DeliveryReport] = deque()
         self._outstanding = 0
         self._rng = random.Random()
         self._closed = False
+        self._stats = ProducerStats.maybe(cfg, self._net, now_ms())  # None: statistics off
         from . import records as _records  # the record layer; imported late so a codec build
         self._build_batch = _records.build_batch  # problem surfaces only when producing
 
@@ -339,6 +344,33 @@ class Producer:
                 return self._outstanding
             remaining = 1000 if deadline is None else min(1000, deadline - now)
             self._drive(remaining, flushing=True, serve=False)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """Drop records before delivery: those waiting in the queue (``in_queue``) and those
+        sent without an answer yet (``in_flight``; the broker may still write them, their
+        answer is ignored).  Each gets a delivery report with a :class:`PurgedError`
+        (``in_flight`` telling which), served by the next poll()/flush(), as confluent-kafka
+        does.  ``blocking`` is accepted for confluent-kafka's signature: kwire's producer has
+        no background thread, so purging is always done when purge() returns."""
+        now = now_ms()
+        if in_queue:
+            err = PurgedError("purged from the producer queue (purge())")
+            for q in self._parked.values():
+                for msg in q:
+                    self._report(msg, err, now)
+            self._parked.clear()
+            for q in self._batches.values():
+                while q:
+                    for msg in q.popleft().msgs:
+                        self._report(msg, err, now)
+            self._sticky.clear()
+        if in_flight and self._flying:
+            err = PurgedError("purged while in flight (purge())", in_flight=True)
+            for b in self._flying.values():
+                b.purged = True
+                for msg in b.msgs:
+                    self._report(msg, err, now)
+            self._flying.clear()
 
     def __len__(self) -> int:
         """Records not yet acknowledged or whose callbacks were not yet served."""
@@ -424,7 +456,7 @@ class Producer:
             self._serve_reports()
 
     def _next_wake_ms(self, now: int, flushing: bool) -> int:
-        t = now + 1000
+        t = now + 1000 if self._stats is None else min(now + 1000, self._stats.next_ms)
         for tp, q in self._batches.items():
             if q and tp not in self._busy:
                 b = q[0]
@@ -555,6 +587,10 @@ class Producer:
 
         # Produce v13 names topics by id only: use it only when every id is known.
         max_version = None if all(topic_ids.values()) else 12
+        if self._stats is not None:
+            self._stats.on_send(batches)
+        for b in batches:
+            self._flying[id(b)] = b
         f = self._net.send(node, "Produce", body, timeout_ms=timeout_ms, max_version=max_version)
         names = {tid: t for t, tid in topic_ids.items() if tid}
         f.add_callback(lambda f: self._on_produce(f, batches, names))
@@ -563,6 +599,11 @@ class Producer:
         now = now_ms()
         for b in batches:
             self._busy.discard(b.tp)
+            self._flying.pop(id(b), None)
+        if self._stats is not None:
+            self._stats.on_done(batches)
+        if any(b.purged for b in batches):  # reported by purge() already
+            batches = [b for b in batches if not b.purged]
         if f.error is not None:
             if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
                 self._md.request_update()  # the leader may have moved
@@ -571,6 +612,8 @@ class Producer:
             return
         if f.response is None:  # acks=0: written is all we will ever know
             for b in batches:
+                if self._stats is not None:
+                    self._stats.on_acked(b)
                 for msg in b.msgs:
                     self._report(msg, None, now)
             return
@@ -594,6 +637,8 @@ class Producer:
                 continue
             base = pr["base_offset"]
             append_ms = pr.get("log_append_time_ms", -1)
+            if self._stats is not None:
+                self._stats.on_acked(b)
             for i, msg in enumerate(b.msgs):
                 msg._offset = base + i if base >= 0 else -1
                 # Like the Java client, trust a log-append time when the broker sends one.
@@ -624,6 +669,8 @@ class Producer:
         self._reports.append(msg)
 
     def _serve_reports(self) -> int:
+        if self._stats is not None:
+            self._stats.maybe_emit(self, now_ms())
         served = 0
         while self._reports:
             msg = self._reports.popleft()

@@ -13,10 +13,10 @@ What differs from confluent-kafka, and why:
   defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
   them with the reason); transactions are refused.  ``group.protocol=consumer`` is KIP-848.
-* ``stats_cb`` gets a JSON document with the commonly graphed fields only (see ``_stats``).
-* Not provided: the schema registry and its serializers, ``purge()``,
-  ``produce_batch()``, transactions, ``consumer_group_metadata()``, ``ShareConsumer``, and
-  admin operations kwire's Admin lacks (they raise ``_NOT_IMPLEMENTED``).
+* ``stats_cb`` gets librdkafka's statistics JSON with the commonly graphed fields (see ``kwire.stats``).
+* Not provided: the schema registry and its serializers, transactions,
+  ``consumer_group_metadata()``, ``ShareConsumer``, and the admin operations kwire's Admin
+  lacks (ACLs, describe_topics, ...: they raise ``_NOT_IMPLEMENTED``).
 """
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from .. import __version__ as _kwire_version
 from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
                      TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
                      KafkaError, KafkaException, Message, TopicPartition)
+from ._admin_types import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
+                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo)
 from ._serializing import DeserializingConsumer, SerializingProducer
 from .consumer import Consumer
 from .producer import Producer
@@ -31,7 +33,9 @@ from .producer import Producer
 __all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer", "Message", "KafkaError", "KafkaException", "TopicPartition",
            "OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
-           "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a"]
+           "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a",
+           "Node", "ConsumerGroupTopicPartitions", "ConsumerGroupState", "ConsumerGroupType",
+           "IsolationLevel", "TopicCollection", "TopicPartitionInfo"]
 
 
 __version__ = _kwire_version

@@ -12,6 +12,7 @@ Anything else unknown is refused as confluent-kafka refuses it: KafkaException(_
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -122,8 +123,9 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
         if not 0 <= ms <= 86_400_000:
             raise _invalid('Invalid value for configuration property "statistics.interval.ms"')
         extra["statistics.interval.ms"] = ms
-    if "logger" in extra:
-        kconf["logger"] = extra["logger"]
+    for k in ("logger", "stats_cb", "statistics.interval.ms"):  # kwire's own, checked here
+        if k in extra:                                          # the confluent way
+            kconf[k] = extra[k]
     for k in ("bootstrap.servers", "metadata.broker.list"):
         if k in kconf and kconf[k] is None:  # None means unset, as in confluent-kafka
             del kconf[k]
@@ -133,7 +135,20 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
         # and "all brokers down" is not reported for it.
         kconf["bootstrap.servers"] = NO_BROKERS
         extra["_no_brokers"] = True
+        if kconf.get("stats_cb") is not None:
+            kconf["stats_cb"] = _without_placeholder(kconf["stats_cb"])
     return kconf, extra
+
+
+def _without_placeholder(stats_cb):
+    """stats_cb for a client without brokers: librdkafka lists none, so the placeholder
+    address is left out of ``brokers``."""
+    def cb(doc: str) -> None:
+        d = json.loads(doc)
+        d["brokers"] = {k: v for k, v in d.get("brokers", {}).items()
+                        if v.get("nodename") != NO_BROKERS}
+        stats_cb(json.dumps(d))
+    return cb
 
 
 def config_error(exc: ConfigError) -> KafkaException:

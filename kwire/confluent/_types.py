@@ -159,6 +159,9 @@ def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaEr
         return exc
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
+    if isinstance(exc, _kerr.PurgedError):
+        code = KafkaError._PURGE_INFLIGHT if exc.in_flight else KafkaError._PURGE_QUEUE
+        return KafkaError(code, _DESC.get(code), fatal=fatal)
     if isinstance(exc, _kerr.BrokerError):
         text = exc.broker_message or _DESC.get(exc.code) or str(exc)
         return KafkaError(exc.code, text, fatal=fatal, retriable=bool(exc.retriable))

@@ -1,25 +1,47 @@
 """``confluent_kafka.admin`` over :class:`kwire.admin.Admin`: AdminClient whose calls return
-``concurrent.futures.Future`` objects, as confluent-kafka's do, for every operation kwire's Admin
-has -- ``create_topics``, ``list_topics`` (returns the metadata directly, as confluent-kafka
-does) and ``delete_records``.  Each call runs on one worker thread owned by the AdminClient, so
-calls are served in order and the caller never blocks.
+``concurrent.futures.Future`` objects, keyed as confluent-kafka keys them, for every operation
+kwire's Admin has: ``create_topics``, ``delete_topics``, ``create_partitions`` (by topic),
+``describe_configs``, ``incremental_alter_configs`` (by ConfigResource), ``list_consumer_groups``
+(one future), ``describe_consumer_groups``, ``delete_consumer_groups``,
+``list_consumer_group_offsets``, ``alter_consumer_group_offsets`` (by group id),
+``list_offsets``, ``delete_records`` (by TopicPartition), ``describe_cluster`` (one future);
+``list_topics`` returns the metadata directly, as confluent-kafka's does.  A failed item's
+future raises KafkaException wrapping a KafkaError (its code the broker's, or librdkafka's local
+one).  Each call runs on one worker thread owned by the AdminClient, so calls are served in
+order and the caller never blocks.
 
-Operations kwire's Admin does not have (delete_topics, create_partitions, describe_configs,
-alter_configs, ACLs, consumer-group calls, ...) raise KafkaException(_NOT_IMPLEMENTED) at once.
+``alter_configs`` (deprecated, non-incremental) too.
+
+Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs, ``describe_topics``,
+``elect_leaders``, SCRAM credentials, ``replica_assignment`` in create_topics/create_partitions.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import warnings
 from typing import Any
 
 from ..admin import Admin as _KAdmin
 from ..admin import NewTopic as _KNewTopic
 from ..errors import ConfigError
 from ._config import config_error, split_config
-from ._types import KafkaError, KafkaException, TopicPartition, to_kafka_error
+from ..admin import GroupDescription as _KGroupDescription
+from ..consumer.types import OffsetAndMetadata as _KOffset
+from ._admin_types import (FROM_WIRE_RESOURCE, WIRE_RESOURCE, AlterConfigOpType, ConfigEntry,  # noqa: F401
+                           ConfigResource, ConfigSource, ConsumerGroupDescription, ConsumerGroupListing,
+                           ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
+                           DescribeClusterResult, IsolationLevel, ListConsumerGroupsResult,
+                           ListOffsetsResultInfo, MemberAssignment, MemberDescription, NewPartitions,
+                           Node, OffsetSpec, ResourceType, TopicCollection, TopicDescription,
+                           TopicPartitionInfo, BROKER_STATE)
+from ._types import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition, to_kafka_error
 
 __all__ = ["AdminClient", "NewTopic", "ClusterMetadata", "BrokerMetadata", "TopicMetadata",
-           "PartitionMetadata", "DeletedRecords"]
+           "PartitionMetadata", "DeletedRecords", "NewPartitions", "ConfigResource", "ConfigEntry",
+           "ConfigSource", "AlterConfigOpType", "ResourceType", "ConsumerGroupListing",
+           "ListConsumerGroupsResult", "MemberAssignment", "MemberDescription",
+           "ConsumerGroupDescription", "OffsetSpec", "ListOffsetsResultInfo",
+           "DescribeClusterResult", "TopicDescription", "KafkaException", "KafkaError"]
 
 
 class NewTopic:
@@ -130,6 +152,9 @@ def _cluster_metadata(snap) -> ClusterMetadata:
     return cm
 
 
+_GROUP_ID_NOT_FOUND = 69
+
+
 def _timeout(t):
     return None if t is None or t < 0 else float(t)
 
@@ -234,16 +259,324 @@ class AdminClient:
         self._submit(run)
         return futs
 
+    # --- the rest of kwire's Admin, as confluent-kafka's futures ---------------------------------
+    def _dispatch(self, futs: dict, work) -> dict:
+        """Run ``work() -> {key: result | exception}`` on the worker thread and complete
+        ``futs`` (same keys) from it; an exception of ``work`` itself fails them all."""
+        for f in futs.values():
+            f.set_running_or_notify_cancel()
+
+        def run():
+            try:
+                res = work()
+            except BaseException as exc:
+                for f in futs.values():
+                    f.set_exception(KafkaException(to_kafka_error(exc)))
+                return
+            for k, f in futs.items():
+                r = res.get(k)
+                if isinstance(r, BaseException):
+                    f.set_exception(r if isinstance(r, KafkaException) else KafkaException(to_kafka_error(r)))
+                else:
+                    f.set_result(r)
+        self._submit(run)
+        return futs
+
+    def delete_topics(self, topics, operation_timeout=0, request_timeout=-1):
+        """``{topic: Future}``; each result is None."""
+        if not isinstance(topics, list) or not topics:
+            raise ValueError("Expected non-empty list of topic strings")
+        for t in topics:
+            if not isinstance(t, str):
+                raise TypeError("Expected list of topic strings")
+        timeout = self._request_timeout(request_timeout, operation_timeout)
+        futs = {t: concurrent.futures.Future() for t in topics}
+        return self._dispatch(futs, lambda: self._a.delete_topics(topics, timeout, raise_on_error=False))
+
+    def create_partitions(self, new_partitions, operation_timeout=0, request_timeout=-1,
+                          validate_only=False):
+        """``{topic: Future}``; each result is None."""
+        if not isinstance(new_partitions, list) or not new_partitions:
+            raise ValueError("Expected non-empty list of NewPartitions objects")
+        for n in new_partitions:
+            if not isinstance(n, NewPartitions):
+                raise TypeError("Expected list of NewPartitions objects")
+            if n.replica_assignment:
+                raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                                "replica_assignment is not supported by kwire"))
+        timeout = self._request_timeout(request_timeout, operation_timeout)
+        futs = {n.topic: concurrent.futures.Future() for n in new_partitions}
+        totals = {n.topic: n.new_total_count for n in new_partitions}
+        return self._dispatch(futs, lambda: self._a.create_partitions(
+            totals, timeout, validate_only=validate_only, raise_on_error=False))
+
+    @staticmethod
+    def _resources(resources) -> dict:
+        if not isinstance(resources, list) or not resources:
+            raise ValueError("Expected non-empty list of ConfigResource objects")
+        out = {}
+        for r in resources:
+            if not isinstance(r, ConfigResource):
+                raise ValueError("Expected list of ConfigResource objects")  # (sic, confluent-kafka's)
+            if r.restype not in WIRE_RESOURCE:
+                raise ValueError(f"Unsupported resource type {r.restype}")
+            out[r] = (WIRE_RESOURCE[r.restype], r.name)
+        return out
+
+    def describe_configs(self, resources, request_timeout=-1):
+        """``{ConfigResource: Future}``; each result is ``{name: ConfigEntry}``."""
+        wire = self._resources(resources)
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def entry(c) -> ConfigEntry:
+            # (``source`` is the broker's number, an int, as confluent-kafka gives it; of
+            # synonyms with the same name the last one stays, as in confluent-kafka)
+            syn = {s.name: ConfigEntry(s.name, s.value, s.source, is_synonym=True)
+                   for s in c.synonyms}
+            return ConfigEntry(c.name, c.value, c.source, c.read_only, c.is_default,
+                               c.is_sensitive, synonyms=syn)
+
+        def work():
+            res = self._a.describe_configs(list(wire.values()), timeout, include_synonyms=True,
+                                           raise_on_error=False)
+            return {r: res[w] if isinstance(res[w], BaseException)
+                    else {n: entry(c) for n, c in res[w].items()} for r, w in wire.items()}
+        return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
+
+    def incremental_alter_configs(self, resources, request_timeout=-1, validate_only=False):
+        """``{ConfigResource: Future}``; each result is None.  Each resource's
+        ``incremental_configs`` are ConfigEntry objects with an ``incremental_operation``."""
+        wire = self._resources(resources)
+        changes = {}
+        for r, w in wire.items():
+            ops = []
+            for e in r.incremental_configs:
+                if not isinstance(e, ConfigEntry) or not isinstance(e.incremental_operation, AlterConfigOpType):
+                    raise TypeError("incremental_configs must be ConfigEntry objects with an "
+                                    "incremental_operation (AlterConfigOpType)")
+                ops.append((e.name, e.incremental_operation.value, e.value))
+            changes[w] = ops
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.incremental_alter_configs(changes, timeout, validate_only=validate_only,
+                                                    raise_on_error=False)
+            return {r: res[w] for r, w in wire.items()}
+        return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
+
+    def alter_configs(self, resources, request_timeout=-1, validate_only=False):
+        """Deprecated by confluent-kafka (use incremental_alter_configs): replace each resource's
+        whole configuration with its ``set_config_dict``.  ``{ConfigResource: Future}``; each
+        result is None."""
+        warnings.warn("alter_configs has been deprecated. Use incremental_alter_configs instead.",
+                      DeprecationWarning, stacklevel=2)
+        wire = self._resources(resources)
+        configs = {w: dict(r.set_config_dict) for r, w in wire.items()}
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.alter_configs(configs, timeout, validate_only=validate_only,
+                                        raise_on_error=False)
+            return {r: res[w] for r, w in wire.items()}
+        return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
+
+    def list_consumer_groups(self, request_timeout=-1, states=None, types=None):
+        """One Future; its result is a ListConsumerGroupsResult (``valid`` listings, ``errors``
+        of brokers that failed)."""
+        for what, value, cls in (("states", states, ConsumerGroupState), ("types", types, ConsumerGroupType)):
+            if value is not None:
+                if not isinstance(value, set):
+                    raise TypeError(f"'{what}' must be a set")
+                if not all(isinstance(v, cls) for v in value):
+                    raise TypeError(f"All elements of {what} must be of type {cls.__name__}")
+        st = None if not states else [BROKER_STATE[s] for s in states]
+        ty = None if not types else [t.name.lower() for t in types]
+        timeout = self._request_timeout(request_timeout, 0)
+        fut = concurrent.futures.Future()
+
+        def work():
+            listings, errors = self._a._list_groups(st, ty, timeout)
+            return {None: ListConsumerGroupsResult(
+                [ConsumerGroupListing(g.group_id, g.protocol_type == "", ConsumerGroupState.of(g.state),
+                                      ConsumerGroupType.of(g.type)) for g in listings],
+                [to_kafka_error(e) for e in errors])}
+        self._dispatch({None: fut}, work)
+        return fut
+
+    @staticmethod
+    def _group_ids(group_ids) -> list:
+        if not isinstance(group_ids, list) or not group_ids:
+            raise ValueError("Expected non-empty list of group_ids")
+        for g in group_ids:
+            if not isinstance(g, str):
+                raise TypeError("Expected list of group_ids as strings")
+        return group_ids
+
+    def describe_consumer_groups(self, group_ids, include_authorized_operations=False, request_timeout=-1):
+        """``{group_id: Future}``; each result is a ConsumerGroupDescription."""
+        group_ids = self._group_ids(group_ids)
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def describe(d) -> ConsumerGroupDescription:
+            members = [MemberDescription(m.member_id, m.client_id, m.client_host,
+                                         MemberAssignment([TopicPartition(t, p) for t, p in m.assignment]),
+                                         m.group_instance_id) for m in d.members]
+            c = d.coordinator
+            return ConsumerGroupDescription(d.group_id, d.protocol_type == "", members, d.protocol,
+                                            ConsumerGroupState.of(d.state), Node(c.id, c.host, c.port, c.rack),
+                                            None, ConsumerGroupType.CLASSIC)
+
+        def work():
+            res = self._a.describe_consumer_groups(group_ids, timeout, raise_on_error=False)
+            for g, r in res.items():
+                if getattr(r, "code", None) == _GROUP_ID_NOT_FOUND:
+                    # librdkafka describes a group that does not exist as an empty, dead one
+                    res[g] = _KGroupDescription(g, "Dead", "", "", (), r.coordinator)
+            return {g: describe(r) if isinstance(r, _KGroupDescription) else r for g, r in res.items()}
+        return self._dispatch({g: concurrent.futures.Future() for g in group_ids}, work)
+
+    def delete_consumer_groups(self, group_ids, request_timeout=-1):
+        """``{group_id: Future}``; each result is None."""
+        group_ids = self._group_ids(group_ids)
+        timeout = self._request_timeout(request_timeout, 0)
+        return self._dispatch({g: concurrent.futures.Future() for g in group_ids},
+                              lambda: self._a.delete_consumer_groups(group_ids, timeout, raise_on_error=False))
+
+    @staticmethod
+    def _one_group(request, verb: str, *, need_partitions: bool) -> ConsumerGroupTopicPartitions:
+        if request is None:
+            raise TypeError("request cannot be None")
+        if not isinstance(request, list):
+            raise TypeError("request must be a list")
+        if len(request) != 1:
+            raise ValueError(f"Currently we support {verb} offsets for a single consumer group only")
+        req = request[0]
+        if not isinstance(req, ConsumerGroupTopicPartitions):
+            raise TypeError("Expected list of 'ConsumerGroupTopicPartitions'")
+        if req.group_id is None:
+            raise TypeError("'group_id' cannot be None")
+        if not isinstance(req.group_id, str):
+            raise TypeError("'group_id' must be a string")
+        if not req.group_id:
+            raise ValueError("'group_id' cannot be empty")
+        tps = req.topic_partitions
+        if tps is None:
+            if need_partitions:
+                raise ValueError("'topic_partitions' cannot be null")
+            return req
+        if not isinstance(tps, list):
+            raise TypeError("'topic_partitions' must be a list")
+        if not tps:
+            raise ValueError("'topic_partitions' cannot be empty")
+        for tp in tps:
+            if tp is None:
+                raise ValueError("Element of 'topic_partitions' cannot be None")
+            if not isinstance(tp, TopicPartition):
+                raise TypeError("Element of 'topic_partitions' must be of type TopicPartition")
+            if not tp.topic:
+                raise ValueError("Element of 'topic_partitions' must not have 'topic' attribute as Empty")
+            if tp.partition < 0:
+                raise ValueError("Element of 'topic_partitions' must not have negative 'partition' value")
+            if need_partitions and tp.offset < 0:
+                raise ValueError("Element of 'topic_partitions' must not have negative value for 'offset' field")
+            if not need_partitions and tp.offset != OFFSET_INVALID:
+                raise ValueError("Element of 'topic_partitions' must not have 'offset' value")
+        return req
+
+    def list_consumer_group_offsets(self, list_consumer_group_offsets_request, require_stable=False,
+                                    request_timeout=-1):
+        """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions
+        whose TopicPartitions carry the committed offsets (OFFSET_INVALID: none)."""
+        req = self._one_group(list_consumer_group_offsets_request, "listing", need_partitions=False)
+        g = req.group_id
+        parts = None if req.topic_partitions is None else [(tp.topic, tp.partition) for tp in req.topic_partitions]
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.list_consumer_group_offsets(g, parts, timeout, require_stable=require_stable)
+            keys = parts if parts is not None else sorted(res)
+            out = []
+            for t, p in keys:
+                om = res.get((t, p))
+                off = om.offset if om is not None and om.offset >= 0 else OFFSET_INVALID
+                out.append(TopicPartition(t, p, off, (om.metadata or None) if om else None,
+                                          -1 if om is None or om.leader_epoch is None else om.leader_epoch))
+            return {g: ConsumerGroupTopicPartitions(g, out)}
+        return self._dispatch({g: concurrent.futures.Future()}, work)
+
+    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request, request_timeout=-1):
+        """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions,
+        each TopicPartition with its ``error`` (None when set)."""
+        req = self._one_group(alter_consumer_group_offsets_request, "altering", need_partitions=True)
+        g = req.group_id
+        offsets = {(tp.topic, tp.partition): _KOffset(tp.offset, tp.leader_epoch, tp.metadata or "")
+                   for tp in req.topic_partitions}
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.alter_consumer_group_offsets(g, offsets, timeout, raise_on_error=False)
+            out = []
+            for tp in req.topic_partitions:
+                n = TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
+                                   -1 if tp.leader_epoch is None else tp.leader_epoch)
+                err = res.get((tp.topic, tp.partition))
+                if err is not None:
+                    object.__setattr__(n, "error", to_kafka_error(err))
+                out.append(n)
+            return {g: ConsumerGroupTopicPartitions(g, out)}
+        return self._dispatch({g: concurrent.futures.Future()}, work)
+
+    def list_offsets(self, topic_partition_offsets, request_timeout=-1, isolation_level=None):
+        """``{TopicPartition: Future}``; each result is a ListOffsetsResultInfo."""
+        if not isinstance(topic_partition_offsets, dict):
+            raise TypeError("Expected topic_partition_offsets to be dict of [TopicPartitions,OffsetSpec] "
+                            "for list offsets request")
+        for tp, spec in topic_partition_offsets.items():
+            if not isinstance(tp, TopicPartition):
+                raise TypeError("partition must be a TopicPartition")
+            if not tp.topic:
+                raise ValueError("partition topic name cannot be empty")
+            if tp.partition < 0:
+                raise ValueError("partition index must be non-negative")
+            if not isinstance(spec, OffsetSpec):
+                raise TypeError("Value must be a OffsetSpec")
+        if isolation_level is not None and not isinstance(isolation_level, IsolationLevel):
+            raise TypeError("isolation_level argument should be an IsolationLevel")
+        iso = "read_committed" if isolation_level is IsolationLevel.READ_COMMITTED else "read_uncommitted"
+        specs = {(tp.topic, tp.partition): spec._value for tp, spec in topic_partition_offsets.items()}
+        timeout = self._request_timeout(request_timeout, 0)
+
+        def work():
+            res = self._a.list_offsets(specs, timeout, isolation_level=iso, raise_on_error=False)
+            out = {}
+            for tp in topic_partition_offsets:
+                r = res[(tp.topic, tp.partition)]
+                if getattr(r, "from_metadata", False):  # as librdkafka: not in the metadata
+                    r = KafkaException(KafkaError(KafkaError._NOENT, str(r)))
+                out[tp] = r if isinstance(r, BaseException) else \
+                    ListOffsetsResultInfo(r.offset, r.timestamp, r.leader_epoch)
+            return out
+        return self._dispatch({tp: concurrent.futures.Future() for tp in topic_partition_offsets}, work)
+
+    def describe_cluster(self, include_authorized_operations=False, request_timeout=-1):
+        """One Future; its result is a DescribeClusterResult."""
+        timeout = self._request_timeout(request_timeout, 0)
+        fut = concurrent.futures.Future()
+
+        def work():
+            d = self._a.describe_cluster(timeout)
+            nodes = [Node(b.id, b.host, b.port, b.rack) for b in d.brokers]
+            controller = next((n for n in nodes if n.id == d.controller_id), None)
+            return {None: DescribeClusterResult(controller, nodes, d.cluster_id)}
+        self._dispatch({None: fut}, work)
+        return fut
+
     def _unsupported(self, *args, **kwargs):
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "not supported by kwire's Admin"))
 
-    delete_topics = create_partitions = describe_configs = alter_configs = _unsupported
-    incremental_alter_configs = create_acls = describe_acls = delete_acls = _unsupported
-    list_consumer_groups = describe_consumer_groups = delete_consumer_groups = _unsupported
-    list_consumer_group_offsets = alter_consumer_group_offsets = _unsupported
-    describe_topics = describe_cluster = list_offsets = elect_leaders = _unsupported
-    describe_user_scram_credentials = alter_user_scram_credentials = _unsupported
+    create_acls = describe_acls = delete_acls = describe_topics = _unsupported
+    elect_leaders = describe_user_scram_credentials = alter_user_scram_credentials = _unsupported
 
     def poll(self, timeout=None):
         """Nothing to serve: callbacks complete the futures on the worker thread."""

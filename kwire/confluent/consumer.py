@@ -16,7 +16,6 @@ from ..consumer.consumer import PartitionEOF as _EOF
 from ..errors import ConfigError, KwireError
 from ..net.connection import ConnState
 from ._config import config_error, split_config
-from ._stats import Stats
 from . import _types
 from ._types import (KafkaError, KafkaException, TopicPartition, _event, _tps, _wrap, _wrap_list,
                      to_kafka_error, to_kafka_exception)
@@ -79,7 +78,6 @@ class Consumer:
         self._bi = 0
         self._batch = 1
         self._handed_at = 0.0
-        self._stats = Stats.maybe(extra, self, "consumer")
         if self._logger is not None:
             self._log_handler = _forward_logs(self._logger, extra.get("log_level"))
 
@@ -160,8 +158,6 @@ class Consumer:
         shrinks when a batch takes the application over a second.  Every poll() still counts
         as one for max.poll.interval.ms (it stamps kwire's last-poll time), so a slow
         application is not taken for a stalled one."""
-        if self._stats is not None:
-            self._stats.maybe_emit(time.monotonic())
         if adaptive and limit > self._batch:
             took = time.monotonic() - self._handed_at  # the application's time for the last batch
             if took < 0.1:

@@ -8,7 +8,6 @@ from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
-from ._stats import Stats
 from ._types import KafkaError, KafkaException, _from_report, to_kafka_error, to_kafka_exception
 
 log = logging.getLogger("kwire.confluent")
@@ -80,7 +79,6 @@ class Producer:
         self._all_down = False
         self._auth_reported = None
         self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
-        self._stats = Stats.maybe(extra, self, "producer")
         if self._error_cb is not None:
             # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
             # an unreachable cluster is noticed (and reported) without records to send.
@@ -144,8 +142,6 @@ class Producer:
                 return n
 
     def _events(self) -> None:
-        if self._stats is not None:
-            self._stats.maybe_emit(time.monotonic())
         net = self._p._net
         conns = list(net._conns.values())
         down = bool(conns) and all(c.state is ConnState.DISCONNECTED and c.failures > 0 for c in conns)
@@ -181,7 +177,49 @@ class Producer:
             raise KafkaException(to_kafka_error(exc)) from None
 
     def purge(self, in_queue=True, in_flight=True, blocking=True):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "purge() is not supported by kwire"))
+        """Drop queued (``in_queue``) and in-flight (``in_flight``) messages; their delivery
+        callbacks get ``_PURGE_QUEUE`` / ``_PURGE_INFLIGHT`` from the next poll()/flush()."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        self._p.purge(bool(in_queue), bool(in_flight), bool(blocking))
+
+    def produce_batch(self, topic, messages, partition=-1, callback=None, on_delivery=None):
+        """Queue a list of message dicts (``value``, ``key``, ``callback``/``on_delivery``) to
+        ``partition`` (default: the partitioner's choice); as in confluent-kafka, a message's
+        ``partition`` and headers are ignored and a ``timestamp`` raises NotImplementedError.  Returns how many were queued; a message that could not be gets an
+        ``_error`` entry (a KafkaError) in its dict."""
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list")
+        default_cb = on_delivery or callback
+        for i, m in enumerate(messages):  # checked first: a bad message queues none
+            if not isinstance(m, dict):
+                raise TypeError(f"Message at index {i} must be a dict")
+            for what in ("value", "key"):
+                if m.get(what) is not None and not isinstance(m[what], (bytes, str)):
+                    raise TypeError(f"Message {what} at index {i} must be bytes or str")
+            if "partition" in m and (isinstance(m["partition"], bool) or not isinstance(m["partition"], int)):
+                raise TypeError(f"Message partition at index {i} must be int")
+            if "timestamp" in m:
+                raise NotImplementedError("Message timestamps are not currently supported in batch mode")
+        queued = 0
+        # As confluent-kafka 2.16 does (its docstring says otherwise): a message's own
+        # "partition" is checked but not used -- the batch's ``partition`` applies to all, or
+        # the partitioner; headers are ignored.
+        for m in messages:
+            try:
+                self.produce(topic, m.get("value"), m.get("key"), partition,
+                             m.get("callback") or m.get("on_delivery") or default_cb)
+            except BufferError as exc:
+                m["_error"] = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) \
+                    else KafkaError(KafkaError._QUEUE_FULL)
+                continue
+            except KafkaException as exc:
+                m["_error"] = exc.args[0]
+                continue
+            queued += 1
+        return queued
 
     def _no_txn(self, *args, **kwargs):
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,

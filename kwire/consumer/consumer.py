@@ -45,6 +45,7 @@ from ..errors import (ConcurrentUseError, ConfigError, ConsumerClosedError, Deco
                       NoOffsetForPartitionError)
 from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
+from ..stats import ConsumerStats
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator
 from .fetcher import Fetcher, FetchedChunk
@@ -243,6 +244,7 @@ class Consumer:
         self._close_deadline_ms: int | None = None
         self._close_future: _Future | None = None
         self._eof_at: dict = {} if cfg.enable_partition_eof else None  # tp -> (offset, fence) reported
+        self._stats = ConsumerStats.maybe(cfg, self._net, now)  # None: statistics off
 
         self._thread = threading.Thread(target=self._drive, name="kwire-consumer", daemon=True)
         self._thread.start()
@@ -779,6 +781,9 @@ class Consumer:
         self._dirty.add(tp)
 
     def _event(self, item) -> None:
+        if type(item) is dict:  # a statistics document from the driver (stats_cb)
+            self._stats.deliver(self, item)
+            return
         if type(item) is _SeekDone:
             n = self._pending_seeks.get(item.tp, 0) - 1
             if n <= 0:
@@ -796,6 +801,8 @@ class Consumer:
             return
         if type(item) is _GroupEvent:
             a = item.action
+            if self._stats is not None:
+                self._stats.on_rebalance(type(a).__name__, now_ms())
             tps = [TopicPartition(t, p) for t, p in a.partitions]
             if isinstance(a, AssignPartitions):
                 self._adopt(item.fences)
@@ -867,6 +874,8 @@ class Consumer:
                 self._send_all(now)  # (before decoding: e.g. a Fetch the released bytes allow)
                 self._decode_ahead()
                 self._dispatch_actions()
+                if self._stats is not None and self._stats.due(now):
+                    self._push_urgent(self._stats.driver_report(self, now))
                 if self._close_future is not None and self._close_complete(now):
                     break
                 timeout = self._wait_ms(now)
@@ -924,6 +933,8 @@ class Consumer:
         chunk = self._fetcher.decode(chunk)
         if chunk is None:
             return
+        if self._stats is not None:
+            self._stats.on_chunk(chunk)
         self._decoded_bytes += chunk.nbytes
         self._q.append(chunk)
         if self._app_waiting:
@@ -941,6 +952,8 @@ class Consumer:
         d = min((x for x in ds if x is not None), default=now + _MAX_WAIT_MS)
         if self._close_deadline_ms is not None:
             d = min(d, self._close_deadline_ms)
+        if self._stats is not None and not self._stats.pending:
+            d = min(d, self._stats.next_ms)
         if self._released or self._cmds or (self._raw and self._decoded_bytes < _DECODE_AHEAD_BYTES):
             return 0
         return int(max(0, min(d - now, _MAX_WAIT_MS)))

@@ -229,6 +229,7 @@ class NetworkClient:
         self.config = cfg
         self.client_id: str = cfg.client_id
         self.tracer = tracer
+        self.stats = None  # kwire.stats.NetStats when statistics are on (stats_cb)
         self.request_timeout_ms: int = cfg.request_timeout_ms
         self.setup_timeout_ms: int = cfg.socket_connection_setup_timeout_ms
         self.setup_stall_ms: int = cfg.socket_connection_setup_stall_ms
@@ -1342,6 +1343,9 @@ class NetworkClient:
                     _log.exception("callback of %r raised", f)
 
     def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
+        if self.stats is not None:
+            self.stats.on_io(direction, conn, f.api, size,
+                             f.rtt_us if direction == "recv" else None)
         tracer = self.tracer
         logging_on = protocol_log.isEnabledFor(logging.DEBUG)
         if tracer is None and not logging_on:

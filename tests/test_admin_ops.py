@@ -1,0 +1,176 @@
+"""kwire.Admin's topic, config, consumer-group, offset and cluster calls on Apache Kafka: each
+checked by what the broker shows afterwards (metadata, a consumer's view, a second call)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kwire.admin import (EARLIEST, LATEST, MAX_TIMESTAMP, OP_DELETE, OP_SET, RESOURCE_BROKER,
+                         RESOURCE_TOPIC, Admin)
+from kwire.consumer import Consumer, OffsetAndMetadata
+from kwire.errors import (GroupIdNotFoundError, InvalidPartitionsError, KwireError,
+                          NonEmptyGroupError, UnknownTopicOrPartitionError)
+from kwire.producer import Producer
+
+
+@pytest.fixture
+def admin(kafka):
+    with Admin({"bootstrap.servers": kafka.bootstrap}) as a:
+        yield a
+
+
+def _produce(bootstrap, topic, counts, ts_ms=None):
+    with Producer({"bootstrap.servers": bootstrap}) as p:
+        for part, n in counts.items():
+            for i in range(n):
+                p.produce(topic, b"v%d" % i, partition=part,
+                          timestamp=None if ts_ms is None else ts_ms + i)
+        assert p.flush(30) == 0
+
+
+def _consume_all(bootstrap, topic, group, n, *, close=True):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = 0
+    end = time.monotonic() + 30
+    while got < n and time.monotonic() < end:
+        got += len(c.consume(100, 0.2))
+    assert got == n
+    c.commit(asynchronous=False)
+    if close:
+        c.close()
+    return c
+
+
+def test_delete_topics_and_create_partitions(admin, unique_topic):
+    admin.create_topics([(unique_topic, 2, 1)], wait_for_leaders=True)
+    assert admin.create_partitions({unique_topic: 5}) == {unique_topic: None}
+    end = time.monotonic() + 30
+    while len(admin.list_topics(unique_topic).topics[unique_topic].partitions) != 5:
+        assert time.monotonic() < end
+        time.sleep(0.1)
+    with pytest.raises(InvalidPartitionsError) as info:
+        admin.create_partitions({unique_topic: 3})  # fewer than it has
+    assert info.value.topic == unique_topic
+    res = admin.create_partitions({unique_topic: 9}, validate_only=True)
+    assert res == {unique_topic: None}
+    assert len(admin.list_topics(unique_topic).topics[unique_topic].partitions) == 5
+    missing = unique_topic + "-missing"
+    res = admin.delete_topics([unique_topic, missing], raise_on_error=False)
+    assert res[unique_topic] is None and isinstance(res[missing], UnknownTopicOrPartitionError)
+    end = time.monotonic() + 30
+    while admin.list_topics(unique_topic).topics[unique_topic].error_code != 3:
+        assert time.monotonic() < end
+        time.sleep(0.1)
+
+
+def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
+    admin.create_topics([(unique_topic, 1, 1)], wait_for_leaders=True)
+    res = admin.describe_configs([(RESOURCE_TOPIC, unique_topic)])
+    entry = res[(RESOURCE_TOPIC, unique_topic)]["retention.ms"]
+    assert entry.is_default and entry.source == 5 and entry.value == "604800000"
+    key = (RESOURCE_TOPIC, unique_topic)
+    assert admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 3600000),
+                                                  ("cleanup.policy", OP_SET, "compact")]}) == {key: None}
+    cfg = admin.describe_configs([key])[key]
+    assert (cfg["retention.ms"].value, cfg["retention.ms"].source, cfg["retention.ms"].is_default) == \
+        ("3600000", 1, False)
+    assert cfg["cleanup.policy"].value == "compact"
+    # only what was named changes; DELETE returns a property to its default
+    assert admin.incremental_alter_configs({key: [("retention.ms", OP_DELETE, None)]}) == {key: None}
+    cfg = admin.describe_configs([key])[key]
+    assert cfg["retention.ms"].is_default and cfg["cleanup.policy"].value == "compact"
+    # validate_only changes nothing; a bad value is the broker's typed error
+    admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 1)]}, validate_only=True)
+    assert admin.describe_configs([key])[key]["retention.ms"].is_default
+    res = admin.incremental_alter_configs({key: [("retention.ms", OP_SET, "soon")]}, raise_on_error=False)
+    assert isinstance(res[key], KwireError) and res[key].name == "INVALID_CONFIG"
+    # AlterConfigs (deprecated) replaces the whole configuration: cleanup.policy returns to default
+    assert admin.alter_configs({key: {"retention.ms": 7200000}}) == {key: None}
+    cfg = admin.describe_configs([key])[key]
+    assert cfg["retention.ms"].value == "7200000" and cfg["cleanup.policy"].is_default
+    # a broker's own configs, asked of that broker
+    broker_id = str(next(iter(admin.list_topics().brokers)))
+    bcfg = admin.describe_configs([(RESOURCE_BROKER, broker_id)], include_synonyms=True)
+    bcfg = bcfg[(RESOURCE_BROKER, broker_id)]
+    assert bcfg["group.min.session.timeout.ms"].value == "1000"  # set by the test cluster
+    assert bcfg["group.min.session.timeout.ms"].synonyms
+    missing = (RESOURCE_TOPIC, unique_topic + "-missing")
+    res = admin.describe_configs([missing], raise_on_error=False)
+    assert isinstance(res[missing], UnknownTopicOrPartitionError)
+
+
+def test_consumer_groups_and_their_offsets(admin, kafka, unique_topic):
+    topic, group = unique_topic, unique_topic + "-g"
+    admin.create_topics([(topic, 2, 1)], wait_for_leaders=True)
+    _produce(kafka.bootstrap, topic, {0: 4, 1: 3})
+    member = _consume_all(kafka.bootstrap, topic, group, 7, close=False)
+    try:
+        listed = {g.group_id: g for g in admin.list_consumer_groups()}
+        assert listed[group].protocol_type == "consumer" and listed[group].state == "Stable"
+        assert listed[group].type == "classic"
+        assert group in {g.group_id for g in admin.list_consumer_groups(states=["Stable"])}
+        assert group not in {g.group_id for g in admin.list_consumer_groups(states=["Empty"])}
+        d = admin.describe_consumer_groups([group])[group]
+        assert (d.state, d.protocol_type, d.protocol) == ("Stable", "consumer", "range")
+        assert len(d.members) == 1 and sorted(d.members[0].assignment) == [(topic, 0), (topic, 1)]
+        assert d.coordinator.id in admin.list_topics().brokers
+        # a group with a member cannot be deleted, nor its offsets altered from outside
+        assert isinstance(admin.delete_consumer_groups([group], raise_on_error=False)[group],
+                          NonEmptyGroupError)
+        res = admin.alter_consumer_group_offsets(group, {(topic, 0): 1}, raise_on_error=False)
+        assert res[(topic, 0)].name == "UNKNOWN_MEMBER_ID"
+    finally:
+        member.close()
+    assert admin.list_consumer_group_offsets(group) == {
+        (topic, 0): OffsetAndMetadata(4, 0, ""), (topic, 1): OffsetAndMetadata(3, 0, "")}
+    assert admin.describe_consumer_groups([group])[group].state == "Empty"
+    # alter, then a new member starts where it says
+    assert admin.alter_consumer_group_offsets(
+        group, {(topic, 0): 1, (topic, 1): OffsetAndMetadata(2, None, "m")}) == \
+        {(topic, 0): None, (topic, 1): None}
+    assert admin.list_consumer_group_offsets(group, [(topic, 1)]) == {(topic, 1): OffsetAndMetadata(2, None, "m")}
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.subscribe([topic])
+    got = []
+    end = time.monotonic() + 30
+    while len(got) < 4 and time.monotonic() < end:
+        got += [(r.partition, r.offset) for r in c.consume(100, 0.2)]
+    c.close()
+    assert sorted(got) == [(0, 1), (0, 2), (0, 3), (1, 2)]
+    # delete one partition's offset
+    assert admin.delete_consumer_group_offsets(group, [(topic, 0)]) == {(topic, 0): None}
+    assert admin.list_consumer_group_offsets(group, [(topic, 0), (topic, 1)]) == {
+        (topic, 0): OffsetAndMetadata(-1, None, ""), (topic, 1): OffsetAndMetadata(2, None, "m")}
+    # delete the group
+    missing = group + "-missing"
+    res = admin.delete_consumer_groups([group, missing], raise_on_error=False)
+    assert res[group] is None and isinstance(res[missing], GroupIdNotFoundError)
+    assert group not in {g.group_id for g in admin.list_consumer_groups()}
+    with pytest.raises(GroupIdNotFoundError):
+        admin.describe_consumer_groups([group])
+
+
+def test_list_offsets_and_describe_cluster(admin, kafka, unique_topic):
+    topic = unique_topic
+    admin.create_topics([(topic, 2, 1)], wait_for_leaders=True)
+    base = 1_700_000_000_000
+    _produce(kafka.bootstrap, topic, {0: 5}, ts_ms=base)
+    admin.delete_records({(topic, 0): 2})
+    res = admin.list_offsets({(topic, 0): EARLIEST, (topic, 1): LATEST})
+    assert res[(topic, 0)].offset == 2 and res[(topic, 1)].offset == 0
+    assert admin.list_offsets({(topic, 0): LATEST})[(topic, 0)].offset == 5
+    assert admin.list_offsets({(topic, 0): base + 3})[(topic, 0)].offset == 3
+    newest = admin.list_offsets({(topic, 0): MAX_TIMESTAMP})[(topic, 0)]
+    assert (newest.offset, newest.timestamp) == (4, base + 4)
+    assert admin.list_offsets({(topic, 0): base + 99})[(topic, 0)].offset == -1
+    missing = (topic + "-missing", 0)
+    res = admin.list_offsets({missing: LATEST}, raise_on_error=False)
+    assert isinstance(res[missing], UnknownTopicOrPartitionError)
+    d = admin.describe_cluster()
+    snap = admin.list_topics()
+    assert d.cluster_id == snap.cluster_id and d.controller_id == snap.controller_id
+    assert {(b.id, b.host, b.port) for b in d.brokers} == \
+        {(b.node_id, b.host, b.port) for b in snap.brokers.values()}
