@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import Config, parse_config
-from .errors import BrokerError, KafkaTimeoutError, TopicAlreadyExistsError, for_code  # noqa: F401
 from .consumer.types import OffsetAndMetadata
+from .errors import BrokerError, KafkaTimeoutError, TopicAlreadyExistsError, for_code  # noqa: F401
 from .net import ClusterSnapshot, Metadata, NetworkClient
 from .protocol.api import decode_assignment
 from .protocol.schema import ZERO_UUID

@@ -6,11 +6,24 @@ import time
 
 import pytest
 
-from kwire.admin import (EARLIEST, LATEST, MAX_TIMESTAMP, OP_DELETE, OP_SET, RESOURCE_BROKER,
-                         RESOURCE_TOPIC, Admin)
+from kwire.admin import (
+    EARLIEST,
+    LATEST,
+    MAX_TIMESTAMP,
+    OP_DELETE,
+    OP_SET,
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    Admin,
+)
 from kwire.consumer import Consumer, OffsetAndMetadata
-from kwire.errors import (GroupIdNotFoundError, InvalidPartitionsError, KwireError,
-                          NonEmptyGroupError, UnknownTopicOrPartitionError)
+from kwire.errors import (
+    GroupIdNotFoundError,
+    InvalidPartitionsError,
+    KwireError,
+    NonEmptyGroupError,
+    UnknownTopicOrPartitionError,
+)
 from kwire.producer import Producer
 
 

@@ -80,7 +80,7 @@ def test_producer_statistics_count_what_was_sent(kafka, topic):
                   "stats_cb": cb, "linger.ms": 60_000})
     try:
         for part, n in SPLIT.items():
-            for i in range(n):
+            for _ in range(n):
                 p.produce(topic, b"x" * 10, key=b"k", partition=part)
         # held by linger.ms: queued, not sent
         doc = _until(docs, lambda d: d["msg_cnt"] == N, lambda: p.poll(0.05))
