@@ -23,8 +23,10 @@ LAYERS: list[set[str]] = [
     {"_codec", "_pycodec", "config"},           # the codec twins; configuration (errors only)
     {"_impl"},                                  # picks a codec twin
     {"protocol", "records"},                    # messages and frames; the record layer
-    {"net"},                                    # connections, the network client, metadata
-    {"admin", "producer", "consumer"},          # the clients
+    {"net", "stats"},                           # connections, the network client, metadata;
+                                                # librdkafka's statistics document (no imports)
+    {"producer", "consumer"},                   # the clients
+    {"admin"},                                  # cluster and group administration (consumer types)
     {"confluent", "debug", "embedded", "spark"},  # built on the clients / the protocol
     {"commands", "demo"},                       # the cluster subcommands, the demo job
     {"cli"},                                    # the kwire command
