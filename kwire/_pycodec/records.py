@@ -440,7 +440,7 @@ def _varint_bytes(buf, pos, end, what, rec_start):
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
-                 "records", "sink", "max_out")
+                 "records", "sink", "max_out", "data_bytes")
 
     def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
                  max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -465,6 +465,8 @@ class _Decoder:
         self.run_start = 0
         self.records = None
         self.sink = None
+        # bytes of record data (decompressed) in the entries entered so far (record_bytes)
+        self.data_bytes = 0
 
     def next_entry(self):
         """The next entry's _Entry (records in .records, or .run when lazy), None at the end."""
@@ -564,6 +566,7 @@ class _Decoder:
         if count > (end - pos) // _MIN_RECORD:
             raise CorruptRecordError(
                 f"records count {count} cannot fit in {end - pos} bytes", position=pos)
+        self.data_bytes += end - pos
         run = _Run()
         run.buf = buf
         run.pos = pos
@@ -682,6 +685,7 @@ class _Decoder:
         if e.codec == 0:
             value, pos = self.legacy_bytes(buf, pos, end, start)
             records = [self.legacy_record(offset, timestamp, e.timestamp_type, key, value)]
+            self.data_bytes += e.size
         else:
             if e.codec > 4:
                 raise UnsupportedCompressionError(
@@ -697,6 +701,7 @@ class _Decoder:
             block = _decompress(e.codec, memoryview(buf)[pos:pos + vlen], magic, start,
                                 self.max_out, (self.topic, self.partition, offset))
             pos += vlen
+            self.data_bytes += len(block)
             self.in_decompressed = True
             records = self.legacy_inner(block, magic, offset, timestamp, e.timestamp_type)
             self.in_decompressed = False
@@ -830,6 +835,27 @@ def _records_gen(dec):
             yield from records
 
 
+class _RecordIterator:
+    """iter_records' iterator (a generator cannot carry record_bytes)."""
+    __slots__ = ("_dec", "_gen")
+
+    def __init__(self, dec):
+        self._dec = dec
+        self._gen = _records_gen(dec)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._gen)
+
+    @property
+    def record_bytes(self):
+        """Bytes of record data (after decompression) in the batches entered so far: what
+        the records handed out, and the rest of the current batch, may cost."""
+        return self._dec.data_bytes
+
+
 def _batches_gen(dec):
     while True:
         e = dec.next_entry()
@@ -841,24 +867,34 @@ def _batches_gen(dec):
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
     ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
     when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
     DecompressionLimitError (one) when a batch decompresses to more than
-    ``max_decompressed_bytes``.
+    ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds what a decompression worker holds
+    ahead (this twin has none: one batch is decompressed at a time); the iterator's
+    ``record_bytes`` counts the record data of the batches entered so far.
     """
+    _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     dec.lazy = True
-    return _records_gen(dec)
+    return _RecordIterator(dec)
+
+
+def _check_ahead(max_ahead_bytes):
+    if max_ahead_bytes is not None:
+        operator.index(max_ahead_bytes)  # (a TypeError as the compiled twin's)
 
 
 def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
-    """Iterate the RecordBatch entries in ``data``, control batches included."""
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+    """Iterate the RecordBatch entries in ``data``, control batches included
+    (``max_ahead_bytes`` as for iter_records)."""
+    _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     return _batches_gen(dec)

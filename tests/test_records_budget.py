@@ -1,0 +1,73 @@
+"""What the record iterator tells and bounds for a memory budget (issue 14, defect 7), on both
+twins: ``iter_records(...).record_bytes`` counts the record data (decompressed) of the batches
+entered so far, which the consumer's fetcher turns into the decoded cost of the records it
+queues; ``max_ahead_bytes`` bounds the batches the compiled twin's decompression worker
+inflates ahead of the decoder (fewer ring slots, or no worker)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.test_records import (_worker_mix, codec, compiled, expected, kp_v2,  # noqa: F401
+                                legacy_message, tuples)
+
+RECORDS_SECTION = 61  # a v2 batch's header; the rest is its records section
+
+
+def _recs(i, n):
+    return [(b"k%d" % j, os.urandom(10) + b"v" * (100 * i + j), [("h", b"x")], 1000 + j)
+            for j in range(n)]
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_record_bytes_counts_each_batch_when_entered(codec, compression):
+    # batches written by kafka-python (the independent encoder); the uncompressed batch says
+    # how big each records section is once decompressed
+    batches, want, sizes, base = [], [], [], 0
+    for i, n in enumerate((5, 1, 17, 3)):
+        recs = _recs(i, n)
+        batches.append(kp_v2(recs, base, compression))
+        sizes.append(len(kp_v2(recs, base)) - RECORDS_SECTION)
+        want += expected(recs, base)
+        base += n
+    data = b"".join(batches)
+    it = codec.iter_records(data, max_ahead_bytes=1 << 20)
+    assert it.record_bytes == 0
+    seen, got = [], []
+    for r in it:
+        got.append(r)
+        seen.append(it.record_bytes)
+    assert [t[:6] for t in tuples(got)] == [t[:6] for t in want]
+    # after each record: the sizes of the batches entered so far (a whole batch counts once
+    # its first record is out)
+    entered = [sum(sizes[:k + 1]) for k, n in enumerate((5, 1, 17, 3)) for _ in range(n)]
+    assert seen == entered
+    assert it.record_bytes == sum(sizes)
+
+
+def test_record_bytes_of_legacy_messages(codec):
+    data = legacy_message(0, 1, b"k", b"v" * 40, timestamp=5) + legacy_message(1, 0, None, b"w")
+    it = codec.iter_records(data)
+    got = [(r.offset, it.record_bytes) for r in it]
+    first = len(legacy_message(0, 1, b"k", b"v" * 40, timestamp=5))
+    assert got == [(0, first), (1, first + len(legacy_message(1, 0, None, b"w")))]
+
+
+def test_max_ahead_bytes_bounds_the_worker_ring(compiled):
+    # slots are at least 1 MiB: under two of them no worker starts; with two (and then
+    # three) the ring wraps around many times; every way gives the same records
+    data, want = _worker_mix(60)
+    outcomes = []
+    for ahead, starts in ((None, 1), (1 << 20, 0), (2 << 20, 1), (3 << 20, 1), (0, 0)):
+        before = compiled._worker_starts()
+        outcomes.append(tuples(compiled.iter_records(data, max_ahead_bytes=ahead)))
+        assert compiled._worker_starts() - before == starts, ahead
+        batches = list(compiled.iter_batches(data, max_ahead_bytes=ahead))
+        assert [r.to_tuple() for b in batches for r in b.records if not b.is_control] == want
+    assert outcomes == [want] * 5
+
+
+def test_max_ahead_bytes_must_be_an_integer(codec):
+    with pytest.raises(TypeError):
+        codec.iter_records(b"", max_ahead_bytes="1")
