@@ -302,7 +302,19 @@ class Consumer:
         self._call("unassign", [(tp.topic, tp.partition) for tp in _tps(partitions)])
 
     def assignment(self) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t, p in self._assigned]
+        """The partitions assigned, without those the group has taken away already: lost ones
+        leave at once (their on_lost and records wait for the next poll()/consume()); revoked
+        ones when on_revoke has run."""
+        lost = self._lost_pending() if self._urgent else ()
+        return [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in lost]
+
+    def _lost_pending(self) -> set:
+        """Partitions lost by the driver whose event waits in the urgent queue."""
+        lost: set = set()
+        for ev in list(self._urgent):  # (a copy, taken at once: the driver may append)
+            if type(ev) is _GroupEvent and isinstance(ev.action, LosePartitions):
+                lost.update(ev.action.partitions)
+        return lost
 
     def poll(self, timeout: float | None = None):
         """The next record, or None after ``timeout`` seconds (None or -1: wait forever)."""
