@@ -1490,6 +1490,13 @@ cdef class _RecordIterator:
     cdef list cur           # records of a legacy entry (decoded eagerly)
     cdef Py_ssize_t idx
     cdef Py_ssize_t n
+    # stop_at >= 0: next() stops (StopIteration, resumable) instead of entering another
+    # batch once record_bytes + record_cost * records handed out has reached it;
+    # exhausted: the data itself ended
+    cdef public Py_ssize_t stop_at
+    cdef public Py_ssize_t record_cost
+    cdef readonly Py_ssize_t handed
+    cdef readonly bint exhausted
 
     def __iter__(self):
         return self
@@ -1508,14 +1515,20 @@ cdef class _RecordIterator:
             if dec.run_active:
                 r = dec.lazy_next()
                 if r is not None:
+                    self.handed += 1
                     return r
             elif self.idx < self.n:
                 r = <object>PyList_GET_ITEM(self.cur, self.idx)
                 self.idx += 1
+                self.handed += 1
                 return r
             self.cur = None
             self.idx = self.n = 0
+            if self.exhausted or (self.stop_at >= 0 and dec.data_bytes
+                                  + self.handed * self.record_cost >= self.stop_at):
+                raise StopIteration
             if not dec.next_entry(&e):
+                self.exhausted = True
                 raise StopIteration
             if e.is_control or dec.run_active:
                 continue
@@ -1549,10 +1562,16 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
     DecompressionLimitError (one) when a batch decompresses to more than
     ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds the decompressed batches a
-    decompression worker holds ahead of the records handed out (None: 8 of them); the
-    iterator's ``record_bytes`` counts the record data of the batches entered so far.
+    decompression worker holds ahead of the records handed out (None: 8 of them).
+
+    For callers that budget memory: the iterator's ``record_bytes`` counts the record data
+    (decompressed) of the batches entered so far and ``handed`` the records handed out; with
+    ``stop_at`` set (>= 0) it stops before entering another batch once ``record_bytes`` +
+    ``record_cost`` x ``handed`` has reached it (raise ``stop_at`` and iterate on);
+    ``exhausted`` says the data itself ended.
     """
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+    it.stop_at = -1
     it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
                          max_decompressed_bytes, -1 if max_ahead_bytes is None else max_ahead_bytes)
     it.dec.lazy = True

@@ -71,3 +71,27 @@ def test_max_ahead_bytes_bounds_the_worker_ring(compiled):
 def test_max_ahead_bytes_must_be_an_integer(codec):
     with pytest.raises(TypeError):
         codec.iter_records(b"", max_ahead_bytes="1")
+
+
+def test_stop_at_stops_before_a_batch_and_resumes(codec):
+    # 4 batches of 10 records; stop_at counts record_bytes + record_cost per record handed out
+    batches, sizes, want, base = [], [], [], 0
+    for i in range(4):
+        recs = _recs(i, 10)
+        batches.append(kp_v2(recs, base, "zstd"))
+        sizes.append(len(kp_v2(recs, base)) - RECORDS_SECTION)
+        want += [base + j for j in range(10)]
+        base += 10
+    it = codec.iter_records(b"".join(batches))
+    assert (it.stop_at, it.record_cost, it.handed, it.exhausted) == (-1, 0, 0, False)
+    it.stop_at = 1                      # reached once the first batch is entered
+    first = [r.offset for r in it]      # the whole first batch, then a stop before the second
+    assert first == want[:10] and not it.exhausted and it.handed == 10
+    it.record_cost = 1000
+    it.stop_at = sizes[0] + 10 * 1000 + sizes[1] + 5 * 1000   # in the middle of the second
+    second = [r.offset for r in it]     # batches are not cut: the second one whole
+    assert second == want[10:20] and not it.exhausted
+    it.stop_at = -1
+    rest = [r.offset for r in it]
+    assert rest == want[20:] and it.exhausted and it.handed == 40
+    assert list(it) == []               # and stays ended

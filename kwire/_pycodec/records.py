@@ -820,34 +820,48 @@ def _make_batch(e, records):
     return b
 
 
-def _records_gen(dec):
-    while True:
-        e = dec.next_entry()
-        if e is None:
-            return
-        if e.is_control:
-            continue
-        if dec.run is not None:
-            yield from dec.lazy_records()
-        else:
-            records = dec.records
-            dec.records = None
-            yield from records
-
-
 class _RecordIterator:
-    """iter_records' iterator (a generator cannot carry record_bytes)."""
-    __slots__ = ("_dec", "_gen")
+    """iter_records' iterator: record_bytes, stop_at and exhausted as the compiled twin's."""
+    __slots__ = ("_dec", "_cur", "stop_at", "record_cost", "handed", "exhausted")
 
     def __init__(self, dec):
         self._dec = dec
-        self._gen = _records_gen(dec)
+        self._cur = None
+        self.stop_at = -1
+        self.record_cost = 0
+        self.handed = 0
+        self.exhausted = False
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        return next(self._gen)
+        dec = self._dec
+        while True:
+            cur = self._cur
+            if cur is not None:
+                try:
+                    r = next(cur)
+                except StopIteration:
+                    self._cur = None
+                else:
+                    self.handed += 1
+                    return r
+            if self.exhausted or (self.stop_at >= 0 and dec.data_bytes
+                                  + self.handed * self.record_cost >= self.stop_at):
+                raise StopIteration
+            e = dec.next_entry()
+            if e is None:
+                self.exhausted = True
+                raise StopIteration
+            if e.is_control:
+                continue
+            if dec.run is not None:
+                self._cur = dec.lazy_records()
+            else:
+                records = dec.records
+                dec.records = None
+                self._cur = iter(records)
 
     @property
     def record_bytes(self):
@@ -875,8 +889,8 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
     DecompressionLimitError (one) when a batch decompresses to more than
     ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds what a decompression worker holds
-    ahead (this twin has none: one batch is decompressed at a time); the iterator's
-    ``record_bytes`` counts the record data of the batches entered so far.
+    ahead (this twin has none: one batch is decompressed at a time).  ``record_bytes``,
+    ``handed``, ``record_cost``, ``stop_at`` and ``exhausted`` as in the compiled twin.
     """
     _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
