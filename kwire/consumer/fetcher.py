@@ -81,7 +81,7 @@ class FetchedChunk:
 
     __slots__ = ("tp", "records", "fence", "nbytes", "next_offset", "high_watermark", "data",
                  "fetch_offset", "aborted", "frame", "it", "done", "resume_offset",
-                 "seen_bytes", "cost", "count", "error")
+                 "seen_bytes", "cost", "count", "error", "careful")
 
     def __init__(self, tp, records, fence, nbytes, next_offset, high_watermark, data=None,
                  fetch_offset=-1, aborted=None):
@@ -102,6 +102,7 @@ class FetchedChunk:
         self.cost = 0              # decoded cost and records handed out so far
         self.count = 0
         self.error = None          # the failure that ends it, after the records before it
+        self.careful = False       # after a failure: decoded again a record at a time
 
     def __repr__(self) -> str:
         return (f"FetchedChunk({self.tp}, {len(self.records)} records, next={self.next_offset}, "
@@ -575,13 +576,26 @@ class Fetcher:
             if it is None:
                 it = chunk.it = self._records_of(chunk)
             counted = getattr(it, "record_bytes", None) is not None
+            # kwire.records' iterator stops before a batch once record_bytes reaches stop_at:
+            # a piece is whole batches up to about max_bytes, cut further by a record count
+            # (the objects) within a batch of many small records
+            stops = counted and max_bytes is not None and hasattr(it, "stop_at")
             if max_bytes is None:
                 step = _MAX_STEP
+            elif stops:
+                step = 0  # set in the loop
             elif chunk.count == 0:
                 step = 1  # nothing known of this chunk's records yet: 1, 2, 4, ... at first
             else:
                 step = max(1, min(_MAX_STEP, int(max_bytes * chunk.count / chunk.cost)))
             while True:
+                if stops:
+                    room = max_bytes - cost if recs else max_bytes
+                    it.record_cost = RECORD_OVERHEAD_BYTES
+                    it.stop_at = it.record_bytes + it.handed * RECORD_OVERHEAD_BYTES + max(room, 0)
+                    step = max(1, min(_MAX_STEP, room // RECORD_OVERHEAD_BYTES))
+                if chunk.careful:
+                    step = 1
                 got = list(islice(it, step))
                 n = len(got)
                 if counted:
@@ -591,12 +605,19 @@ class Fetcher:
                 else:  # an iterator that does not count (test doubles)
                     cost += sum(len(r.value or b"") for r in got) + n * RECORD_OVERHEAD_BYTES
                 if got:
-                    if got[0].offset < chunk.fetch_offset:  # (the broker returns whole batches)
-                        got = [r for r in got if r.offset >= chunk.fetch_offset]
+                    if got[0].offset < chunk.resume_offset:  # (the broker returns whole batches)
+                        got = [r for r in got if r.offset >= chunk.resume_offset]
                     if recs:
                         recs.extend(got)
                     else:
                         recs = got
+                if stops:
+                    if it.exhausted:
+                        exhausted = True
+                        break
+                    if (n < step or cost >= max_bytes) and recs:
+                        break  # (n < step: stopped before a batch, the bytes are reached)
+                    continue
                 if n < step:
                     exhausted = True
                     break
@@ -606,14 +627,20 @@ class Fetcher:
                     per = (chunk.cost + cost) / (chunk.count + len(recs) or n)
                     step = max(1, min(_MAX_STEP, 2 * step,
                                       int((max_bytes - cost) / per) if cost < max_bytes else 1))
-        except TruncatedError:
-            exhausted = True  # a partial trailing batch: fetched again next time
-        except KwireError as exc:
-            chunk.error = exc
-            if not recs:
-                return self._failed(chunk)
-            # the records before the failure go out first; the error with the next call
+        except KwireError as exc:  # (kwire.records skips a partial trailing batch: this is damage)
             chunk.it = None
+            if not chunk.careful:
+                # the records decoded in the step that failed went with it: decode again from
+                # after those handed out, a record at a time, to hand out all before the damage
+                chunk.careful = True
+                chunk.seen_bytes = 0
+                if not recs:
+                    return self.decode_piece(chunk, max_bytes)
+            else:
+                chunk.error = exc
+                if not recs:
+                    return self._failed(chunk)
+            # the records before the failure go out first; the rest with the next call
         chunk.cost += cost
         chunk.count += len(recs)
         if exhausted:
@@ -643,7 +670,6 @@ class Fetcher:
                 exc.offset = chunk.resume_offset
         self._actions.append(ErrorAction(exc, partitions=[tp]))
         self._decode_failed.add(tp)
-        return None
 
     # --- responses -----------------------------------------------------------------------------
 
