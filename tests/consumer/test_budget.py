@@ -73,3 +73,15 @@ def test_backlog_far_above_the_budget_is_read_within_it(kafka, unique_topic, cre
     growth = res["hwm"] - res["rss_before"]
     assert growth <= budget + SLACK, (
         f"peak RSS grew by {growth / 2**20:.1f} MiB with a {budget / 2**20:.0f} MiB budget")
+
+
+def test_backlog_on_tansu_is_read_within_the_budget(tansu, unique_topic, create_topic):
+    """The same on Tansu, whose Fetch answers are its own (one case: zstd at 8 MiB)."""
+    n, budget_kib = 300_000, 8192
+    create_topic(tansu, unique_topic, 1)
+    _produce(tansu, unique_topic, n, 1024, "zstd")
+    res = _member(tansu, unique_topic, n, {"queued.max.messages.kbytes": budget_kib})
+    assert res["error"] is None
+    assert (res["records"], res["in_order"], res["next_offsets"]) == (n, True, [n]), res
+    growth = res["hwm"] - res["rss_before"]
+    assert growth <= budget_kib * 1024 + SLACK, f"peak RSS grew by {growth / 2**20:.1f} MiB"
