@@ -373,7 +373,7 @@ class Fetcher:
                 iter_records = partial(iter_records, max_ahead_bytes=self.worker_ahead_bytes)
         if max_decompressed_bytes is not None:
             # fetch.max.decompressed.bytes: a batch expanding past it is a DecompressionLimitError
-            # (a CorruptRecordError), reported like any corrupt record set (see decode())
+            # (a CorruptRecordError), reported like any corrupt record set (see decode_piece())
             iter_batches = partial(iter_batches, max_decompressed_bytes=max_decompressed_bytes)
             if iter_records is not None:
                 iter_records = partial(iter_records, max_decompressed_bytes=max_decompressed_bytes)
