@@ -5,6 +5,7 @@ raw bytes stay counted until their frame's last partition is decoded.  Real reco
 (kwire's codec, both twins where the twin matters), a SubscriptionState, no broker."""
 from __future__ import annotations
 
+from itertools import pairwise
 from types import SimpleNamespace
 
 import pytest
@@ -74,7 +75,7 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
     assert offsets == list(range(40 * PER_BATCH))
     # (the last piece may be empty: the end of the data showed only after a full piece)
     assert all((p.records[0].offset if p.records else p.next_offset) == q.next_offset
-               for q, p in zip(pieces, pieces[1:]))
+               for q, p in pairwise(pieces))
     assert pieces[-1].next_offset == 40 * PER_BATCH
     assert [r.value[:10] for p in pieces for r in p.records] == [b"%010d" % o for o in offsets]
     # pieces keep to the limit (give or take the batch being entered), and together they cost
@@ -172,7 +173,7 @@ def test_aborted_transactions_are_dropped_piece_by_piece(read_committed):
                                      is_transactional=True, is_control=True)
         out.append(marker)
         base += 1
-    f, subs = _fetcher([tp], read_committed=read_committed)
+    f, _ = _fetcher([tp], read_committed=read_committed)
     chunk = _answer(f, {tp: b"".join(out)})[0]
     chunk.aborted = [{"producer_id": pid, "first_offset": i * (PER_BATCH + 1)} for i in (1, 3, 5, 7)]
     pieces = _drain(f, chunk, 8 << 10)
