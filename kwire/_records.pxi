@@ -566,9 +566,15 @@ cdef struct _V2Run:
 
 
 @cython.final
+@cython.no_gc
 cdef class _RecDecoder:
     """Walks the entries of one buffer.  next_entry() fills a _RecEntry and leaves the
-    records in .records (or appends them to .sink for decode_columns)."""
+    records in .records (or appends them to .sink for decode_columns).
+
+    Not tracked by the garbage collector (nothing it holds can refer back to it): were it,
+    an iterator caught in cyclic garbage (an exception's traceback holding a frame that holds
+    it) would make the collector clear the memoryview it reads while it still holds a buffer
+    of it -- CPython then crashes when the decoder lets go of that buffer."""
     cdef object owner
     cdef Py_buffer view
     cdef bint has_view

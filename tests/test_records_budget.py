@@ -95,3 +95,39 @@ def test_stop_at_stops_before_a_batch_and_resumes(codec):
     rest = [r.offset for r in it]
     assert rest == want[20:] and it.exhausted and it.handed == 40
     assert list(it) == []               # and stays ended
+
+
+_CYCLE = r"""
+import gc
+from kwire import records
+b = b"".join(records.build_batch([(None, b"x" * 100, None, 1)] * 50, i * 50, "zstd")
+             for i in range(10))
+frame = memoryview(bytearray(b"HEAD" + b))
+data = frame[4:]
+its = [records.iter_records(data), records.iter_batches(data)]
+for it in its:
+    next(it)
+
+class Holder:
+    pass
+
+h = Holder()
+h.its, h.data, h.me = its, data, h     # iterators half-way, in cyclic garbage
+del its, it, h, data, frame
+gc.collect()
+print("collected")
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["cython", "pure"])
+def test_iterators_in_cyclic_garbage_are_collected(pure):
+    # (the consumer's fetcher put one there through an exception's traceback: the collector
+    # cleared the memoryview the compiled decoder held a buffer of, and CPython crashed)
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "KWIRE_PURE": pure, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", _CYCLE], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert (out.returncode, out.stdout.strip()) == (0, "collected"), out.stderr[-2000:]
