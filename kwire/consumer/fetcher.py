@@ -628,7 +628,11 @@ class Fetcher:
                     step = max(1, min(_MAX_STEP, 2 * step,
                                       int((max_bytes - cost) / per) if cost < max_bytes else 1))
         except KwireError as exc:  # (kwire.records skips a partial trailing batch: this is damage)
-            chunk.it = None
+            # The error's traceback holds this frame, and the chunk will hold the error: the
+            # iterator must not be in that cycle.  (The garbage collector clears a memoryview
+            # in cyclic garbage even while a decoder still holds a buffer of it; the decoder's
+            # release then crashes CPython 3.11.)
+            chunk.it = it = None
             if not chunk.careful:
                 # the records decoded in the step that failed went with it: decode again from
                 # after those handed out, a record at a time, to hand out all before the damage
