@@ -157,6 +157,7 @@ cdef extern from *:
         int cancel;
         unsigned char* slot[KW_PIPE_SLOTS];
         size_t slot_cap;
+        int nslots;                         /* slots in use (2..KW_PIPE_SLOTS) */
         kw_zctx ctx;
     } kw_pipe;
 
@@ -168,16 +169,16 @@ cdef extern from *:
             const char* msg = NULL;
             Py_ssize_t r;
             pthread_mutex_lock(&p->mu);
-            if (j - p->released >= KW_PIPE_SLOTS) {
+            if (j - p->released >= p->nslots) {
                 /* the ring is full: sleep until half of it is free, not for every slot */
-                p->worker_wants = j - KW_PIPE_SLOTS / 2;
+                p->worker_wants = j - p->nslots / 2;
                 while (!p->cancel && p->released < p->worker_wants)
                     pthread_cond_wait(&p->cv, &p->mu);
                 p->worker_wants = 0;
             }
             if (p->cancel) { pthread_mutex_unlock(&p->mu); break; }
             pthread_mutex_unlock(&p->mu);
-            r = kw_inflate(&p->ctx, job->codec, job->src, job->n, p->slot[j % KW_PIPE_SLOTS],
+            r = kw_inflate(&p->ctx, job->codec, job->src, job->n, p->slot[j % p->nslots],
                            p->slot_cap, &msg);
             pthread_mutex_lock(&p->mu);
             job->produced = r;
@@ -190,7 +191,7 @@ cdef extern from *:
         return NULL;
     }
 
-    /* 0 when the worker runs; the caller filled jobs/njobs/slot/slot_cap */
+    /* 0 when the worker runs; the caller filled jobs/njobs/slot/slot_cap/nslots */
     static int kw_pipe_start(kw_pipe* p) {
         p->done = p->released = p->cancel = p->worker_wants = 0;
         p->ctx.lz4 = p->ctx.zstd = NULL;
@@ -256,6 +257,7 @@ cdef extern from *:
         int njobs
         uint8_t* slot[8]
         size_t slot_cap
+        int nslots
     int kw_pipe_start(kw_pipe* p) nogil
     void kw_pipe_wait(kw_pipe* p, int j) nogil
     void kw_pipe_release(kw_pipe* p, int upto) nogil

@@ -566,9 +566,15 @@ cdef struct _V2Run:
 
 
 @cython.final
+@cython.no_gc
 cdef class _RecDecoder:
     """Walks the entries of one buffer.  next_entry() fills a _RecEntry and leaves the
-    records in .records (or appends them to .sink for decode_columns)."""
+    records in .records (or appends them to .sink for decode_columns).
+
+    Not tracked by the garbage collector (nothing it holds can refer back to it): were it,
+    an iterator caught in cyclic garbage (an exception's traceback holding a frame that holds
+    it) would make the collector clear the memoryview it reads while it still holds a buffer
+    of it -- CPython then crashes when the decoder lets go of that buffer."""
     cdef object owner
     cdef Py_buffer view
     cdef bint has_view
@@ -602,6 +608,10 @@ cdef class _RecDecoder:
     cdef bint busy                  # inside next_entry: another thread must not enter
     cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
     cdef Py_ssize_t max_out         # the most one batch may decompress to
+    cdef Py_ssize_t ahead_max       # the most the worker's ring may hold (-1: no bound)
+    # bytes of record data (decompressed) in the entries entered so far: what the records
+    # decoded from them may cost, for callers that budget memory (iter_records().record_bytes)
+    cdef Py_ssize_t data_bytes
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
     cdef PyObject* hk_str[_HK_SLOTS]
@@ -610,10 +620,12 @@ cdef class _RecDecoder:
 
     def __cinit__(self, data, bint check_crc, topic, int32_t partition,
                   int32_t leader_epoch_default,
-                  Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+                  Py_ssize_t max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                  Py_ssize_t max_ahead_bytes=-1):
         if max_decompressed_bytes < 0:
             raise ValueError("max_decompressed_bytes must be >= 0")
         self.max_out = max_decompressed_bytes
+        self.ahead_max = max_ahead_bytes
         PyObject_GetBuffer(data, &self.view, PyBUF_SIMPLE)
         self.has_view = True
         self.owner = data
@@ -812,7 +824,7 @@ cdef class _RecDecoder:
                 raise self.limit_error(codec, position, offset)
             if job.status == 1:
                 self.pipe_held = j + 1
-                self.run_data = self.pipe.slot[j % KW_PIPE_SLOTS]
+                self.run_data = self.pipe.slot[j % self.pipe.nslots]
                 return job.produced
             kw_pipe_release(&self.pipe, j + 1)
             if job.status == KW_FAILED:
@@ -881,7 +893,18 @@ cdef class _RecDecoder:
         self.pipe.jobs = jobs
         self.pipe.njobs = njobs
         self.pipe.slot_cap = slot_cap
-        for i in range(KW_PIPE_SLOTS):     # (the pool may hand out bigger blocks)
+        # the ring holds decompressed batches ahead of the records handed out: as many slots
+        # as ahead_max allows (a caller's memory budget), and no worker for fewer than two
+        if self.ahead_max < 0 or self.ahead_max >= KW_PIPE_SLOTS * slot_cap:
+            self.pipe.nslots = KW_PIPE_SLOTS
+        else:
+            self.pipe.nslots = <int>(self.ahead_max // slot_cap)
+            if self.pipe.nslots < 2:
+                free(jobs)
+                self.pipe.jobs = NULL
+                self.pipe.njobs = 0
+                return 0
+        for i in range(self.pipe.nslots):  # (the pool may hand out bigger blocks)
             self.pipe.slot[i] = <uint8_t*>_pool_take(slot_cap, &self.pipe_slot_cap[i])
             if self.pipe.slot[i] == NULL:
                 self.free_pipe_memory()
@@ -1002,6 +1025,7 @@ cdef class _RecDecoder:
         if count > (end - pos) // _MIN_RECORD:
             raise CorruptRecordError(
                 f"records count {count} cannot fit in {end - pos} bytes", position=pos)
+        self.data_bytes += end - pos
         run.c.buf = buf
         run.c.pos = pos
         run.c.end = end
@@ -1309,6 +1333,7 @@ cdef class _RecDecoder:
         if e.codec == 0:
             value = self.legacy_bytes(&c, start)
             records = [self.legacy_record(offset, timestamp, e.timestamp_type, key, value)]
+            self.data_bytes += e.size
         else:
             if e.codec > 4:
                 raise UnsupportedCompressionError(
@@ -1323,6 +1348,7 @@ cdef class _RecDecoder:
                                     (self.topic, self.partition, offset))
             c.pos += vlen
             PyObject_GetBuffer(block, &dview, PyBUF_SIMPLE)
+            self.data_bytes += dview.len
             self.in_decompressed = True
             try:
                 records = self.legacy_inner(<const uint8_t*>dview.buf, dview.len, magic, offset,
@@ -1470,9 +1496,22 @@ cdef class _RecordIterator:
     cdef list cur           # records of a legacy entry (decoded eagerly)
     cdef Py_ssize_t idx
     cdef Py_ssize_t n
+    # stop_at >= 0: next() stops (StopIteration, resumable) instead of entering another
+    # batch once record_bytes + record_cost * records handed out has reached it;
+    # exhausted: the data itself ended
+    cdef public Py_ssize_t stop_at
+    cdef public Py_ssize_t record_cost
+    cdef readonly Py_ssize_t handed
+    cdef readonly bint exhausted
 
     def __iter__(self):
         return self
+
+    @property
+    def record_bytes(self):
+        """Bytes of record data (after decompression) in the batches entered so far: what
+        the records handed out, and the rest of the current batch, may cost."""
+        return self.dec.data_bytes
 
     def __next__(self):
         cdef _RecEntry e
@@ -1482,14 +1521,20 @@ cdef class _RecordIterator:
             if dec.run_active:
                 r = dec.lazy_next()
                 if r is not None:
+                    self.handed += 1
                     return r
             elif self.idx < self.n:
                 r = <object>PyList_GET_ITEM(self.cur, self.idx)
                 self.idx += 1
+                self.handed += 1
                 return r
             self.cur = None
             self.idx = self.n = 0
+            if self.exhausted or (self.stop_at >= 0 and dec.data_bytes
+                                  + self.handed * self.record_cost >= self.stop_at):
+                raise StopIteration
             if not dec.next_entry(&e):
+                self.exhausted = True
                 raise StopIteration
             if e.is_control or dec.run_active:
                 continue
@@ -1515,28 +1560,37 @@ cdef class _BatchIterator:
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
     ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
     when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
     DecompressionLimitError (one) when a batch decompresses to more than
-    ``max_decompressed_bytes``.
+    ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds the decompressed batches a
+    decompression worker holds ahead of the records handed out (None: 8 of them).
+
+    For callers that budget memory: the iterator's ``record_bytes`` counts the record data
+    (decompressed) of the batches entered so far and ``handed`` the records handed out; with
+    ``stop_at`` set (>= 0) it stops before entering another batch once ``record_bytes`` +
+    ``record_cost`` x ``handed`` has reached it (raise ``stop_at`` and iterate on);
+    ``exhausted`` says the data itself ended.
     """
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
+    it.stop_at = -1
     it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
-                         max_decompressed_bytes)
+                         max_decompressed_bytes, -1 if max_ahead_bytes is None else max_ahead_bytes)
     it.dec.lazy = True
     return it
 
 
 def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
-    """Iterate the RecordBatch entries in ``data``, control batches included."""
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+    """Iterate the RecordBatch entries in ``data``, control batches included
+    (``max_ahead_bytes`` as for iter_records)."""
     cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
     it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
-                         max_decompressed_bytes)
+                         max_decompressed_bytes, -1 if max_ahead_bytes is None else max_ahead_bytes)
     return it
 
 

@@ -176,16 +176,23 @@ PROPERTIES: tuple[Prop, ...] = (
        min=0, max=2147483135),
     _p("max.partition.fetch.bytes", "int", 1048576, "Maximum bytes per partition per Fetch.",
        role=CONSUMER, min=1, max=1000000000, aliases=("fetch.message.max.bytes",)),
-    _p("queued.max.messages.kbytes", "int", 65536, "Maximum KiB of fetched records buffered "
-       "ahead of poll(), summed over partitions.", role=CONSUMER, min=1, max=2097151),
+    _p("queued.max.messages.kbytes", "int", 65536, "Maximum KiB of memory for fetched records "
+       "buffered ahead of poll(), summed over partitions, whatever the compression: record sets "
+       "wait as fetched (compressed) and are decoded a piece at a time as the application "
+       "consumes; decoded records count with their decompressed key, value and header bytes "
+       "plus ~128 bytes of Python objects each.  A quarter of it (at most 4 MiB) is for "
+       "decoded records waiting, a quarter (at most 16 MiB) for batches decompressed ahead by "
+       "the decompression worker, the rest for fetched bytes.  On top comes the batch being "
+       "decoded (at most fetch.max.decompressed.bytes).", role=CONSUMER, min=1, max=2097151),
     _p("fetch.max.decompressed.bytes", "int", 64 * 1024 * 1024, "Most bytes one fetched "
        "record batch (or legacy compressed message) may decompress to; a batch that expands "
        "further raises DecompressionLimitError (a CorruptRecordError naming the partition and "
        "offset) from poll()/consume() instead of exhausting memory (a decompression bomb).  "
        "Decompression stops at the limit.  The default, 64 MiB, is 64 times the largest "
        "compressed batch Kafka accepts by default (message.max.bytes, ~1 MiB): raise it if "
-       "your topics allow bigger batches of very compressible data.  It bounds one batch, not "
-       "the decoded records buffered ahead of the application.", role=CONSUMER,
+       "your topics allow bigger batches of very compressible data.  It bounds one batch; "
+       "queued.max.messages.kbytes bounds the records buffered ahead of the application.",
+       role=CONSUMER,
        min=1024, max=INT32_MAX),
     _p("check.crcs", "bool", False, "Verify the CRC32C of fetched record batches.",
        role=CONSUMER),

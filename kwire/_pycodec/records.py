@@ -444,7 +444,7 @@ def _varint_bytes(buf, pos, end, what, rec_start):
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
-                 "records", "sink", "max_out")
+                 "records", "sink", "max_out", "data_bytes")
 
     def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
                  max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -469,6 +469,8 @@ class _Decoder:
         self.run_start = 0
         self.records = None
         self.sink = None
+        # bytes of record data (decompressed) in the entries entered so far (record_bytes)
+        self.data_bytes = 0
 
     def next_entry(self):
         """The next entry's _Entry (records in .records, or .run when lazy), None at the end."""
@@ -568,6 +570,7 @@ class _Decoder:
         if count > (end - pos) // _MIN_RECORD:
             raise CorruptRecordError(
                 f"records count {count} cannot fit in {end - pos} bytes", position=pos)
+        self.data_bytes += end - pos
         run = _Run()
         run.buf = buf
         run.pos = pos
@@ -686,6 +689,7 @@ class _Decoder:
         if e.codec == 0:
             value, pos = self.legacy_bytes(buf, pos, end, start)
             records = [self.legacy_record(offset, timestamp, e.timestamp_type, key, value)]
+            self.data_bytes += e.size
         else:
             if e.codec > 4:
                 raise UnsupportedCompressionError(
@@ -701,6 +705,7 @@ class _Decoder:
             block = _decompress(e.codec, memoryview(buf)[pos:pos + vlen], magic, start,
                                 self.max_out, (self.topic, self.partition, offset))
             pos += vlen
+            self.data_bytes += len(block)
             self.in_decompressed = True
             records = self.legacy_inner(block, magic, offset, timestamp, e.timestamp_type)
             self.in_decompressed = False
@@ -819,19 +824,54 @@ def _make_batch(e, records):
     return b
 
 
-def _records_gen(dec):
-    while True:
-        e = dec.next_entry()
-        if e is None:
-            return
-        if e.is_control:
-            continue
-        if dec.run is not None:
-            yield from dec.lazy_records()
-        else:
-            records = dec.records
-            dec.records = None
-            yield from records
+class _RecordIterator:
+    """iter_records' iterator: record_bytes, stop_at and exhausted as the compiled twin's."""
+    __slots__ = ("_dec", "_cur", "stop_at", "record_cost", "handed", "exhausted")
+
+    def __init__(self, dec):
+        self._dec = dec
+        self._cur = None
+        self.stop_at = -1
+        self.record_cost = 0
+        self.handed = 0
+        self.exhausted = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        dec = self._dec
+        while True:
+            cur = self._cur
+            if cur is not None:
+                try:
+                    r = next(cur)
+                except StopIteration:
+                    self._cur = None
+                else:
+                    self.handed += 1
+                    return r
+            if self.exhausted or (self.stop_at >= 0 and dec.data_bytes
+                                  + self.handed * self.record_cost >= self.stop_at):
+                raise StopIteration
+            e = dec.next_entry()
+            if e is None:
+                self.exhausted = True
+                raise StopIteration
+            if e.is_control:
+                continue
+            if dec.run is not None:
+                self._cur = dec.lazy_records()
+            else:
+                records = dec.records
+                dec.records = None
+                self._cur = iter(records)
+
+    @property
+    def record_bytes(self):
+        """Bytes of record data (after decompression) in the batches entered so far: what
+        the records handed out, and the rest of the current batch, may cost."""
+        return self._dec.data_bytes
 
 
 def _batches_gen(dec):
@@ -845,24 +885,34 @@ def _batches_gen(dec):
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
     ``topic``/``partition``, and ``leader_epoch`` from its batch (``leader_epoch_default``
     when the batch has none).  Raises CorruptRecordError (a KwireError) on malformed data,
     DecompressionLimitError (one) when a batch decompresses to more than
-    ``max_decompressed_bytes``.
+    ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds what a decompression worker holds
+    ahead (this twin has none: one batch is decompressed at a time).  ``record_bytes``,
+    ``handed``, ``record_cost``, ``stop_at`` and ``exhausted`` as in the compiled twin.
     """
+    _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     dec.lazy = True
-    return _records_gen(dec)
+    return _RecordIterator(dec)
+
+
+def _check_ahead(max_ahead_bytes):
+    if max_ahead_bytes is not None:
+        operator.index(max_ahead_bytes)  # (a TypeError as the compiled twin's)
 
 
 def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
-    """Iterate the RecordBatch entries in ``data``, control batches included."""
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+    """Iterate the RecordBatch entries in ``data``, control batches included
+    (``max_ahead_bytes`` as for iter_records)."""
+    _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     return _batches_gen(dec)

@@ -24,8 +24,11 @@ revocation the application drops chunks fetched under an older fence, so no per-
 is needed.  Group events (assign/revoke/lost, and the group's errors such as max.poll.interval
 exceeded) do not wait behind the buffered chunks: they go through a second, *urgent* queue
 that every poll()/consume() looks at before handing out another record, so the records of a
-partition that was revoked or lost are dropped before the application sees one more.  Buffered bytes are bounded (queued.max.messages.kbytes): the
-application reports the bytes it has taken and the fetcher stops while the budget is used.
+partition that was revoked or lost are dropped before the application sees one more.  Buffered
+memory is bounded (queued.max.messages.kbytes), raw and decoded together (see kwire.consumer.
+fetcher): the driver decodes a piece only while the decoded ones waiting are under the
+decode-ahead room, the application reports the bytes it has taken, and the fetcher stops while
+the budget is used.
 
 At-least-once auto commit: records returned by one poll()/consume() call count as consumed when
 the application calls again (or commits, or closes); the driver commits consumed offsets every
@@ -48,7 +51,7 @@ from ..net.metadata import Metadata
 from ..stats import ConsumerStats
 from .assignors import get_assignor
 from .coordinator import GroupCoordinator
-from .fetcher import Fetcher, FetchedChunk
+from .fetcher import DECODE_AHEAD_BYTES, Fetcher, FetchedChunk
 from .member import ConsumerGroupMember
 from .offsets import READ_COMMITTED, READ_UNCOMMITTED, ListOffsetsResult, PositionManager
 from .subscription import FetchState, ResetStrategy, SubscriptionState
@@ -64,14 +67,14 @@ _MAX_WAIT_MS = 1000          # the driver wakes at least this often
 _UNKNOWN_TOPIC_REFRESH_MS = 1000
 _CLOSE_TIMEOUT_MS = 15000
 # Fetched data stays raw (compact bytes) in the driver until the application is about to need
-# it: only this much decoded data waits in the queue.  Few live Record objects keep memory and
-# the garbage collector's work small; the driver decodes the next chunk while the application
+# it, and is decoded a piece at a time: only Fetcher.decode_ahead_bytes of decoded records (at
+# most DECODE_AHEAD_BYTES) wait in the queue.  Few live Record objects keep memory and the
+# garbage collector's work small; the driver decodes the next piece while the application
 # works through the current one.
-_DECODE_AHEAD_BYTES = 4 << 20
 # The application wakes the driver once it has taken this much of the decoded data (or when it
 # runs out of records), not after every chunk: a wake-up is a system call in the application's
 # thread and hands the GIL to the driver, which the application then waits to get back.
-_WAKE_AFTER_BYTES = _DECODE_AHEAD_BYTES // 2
+_WAKE_AFTER_BYTES = DECODE_AHEAD_BYTES // 2
 
 
 # --- driver -> application events (besides the state machines' actions) ----------------------
@@ -206,7 +209,7 @@ class Consumer:
         self._unsignalled = 0                # app: bytes released since it last woke the driver
         # (half the buffer at most: with a small queued.max.messages.kbytes the driver must hear
         # of the room while the application still has records to work on)
-        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, cfg.queued_max_messages_kbytes * 512))
+        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, self._fetcher.decode_ahead_bytes // 2))
         self._last_poll_ms = now             # app writes
         self._in_poll = False                # app writes: blocked inside poll/consume/close
         self._consumed: dict = {}            # app writes: tp -> (offset, epoch, fence)
@@ -304,7 +307,19 @@ class Consumer:
         self._call("unassign", [(tp.topic, tp.partition) for tp in _tps(partitions)])
 
     def assignment(self) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t, p in self._assigned]
+        """The partitions assigned, without those the group has taken away already: lost ones
+        leave at once (their on_lost and records wait for the next poll()/consume()); revoked
+        ones when on_revoke has run."""
+        lost = self._lost_pending() if self._urgent else ()
+        return [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in lost]
+
+    def _lost_pending(self) -> set:
+        """Partitions lost by the driver whose event waits in the urgent queue."""
+        lost: set = set()
+        for ev in list(self._urgent):  # (a copy, taken at once: the driver may append)
+            if type(ev) is _GroupEvent and isinstance(ev.action, LosePartitions):
+                lost.update(ev.action.partitions)
+        return lost
 
     def poll(self, timeout: float | None = None):
         """The next record, or None after ``timeout`` seconds (None or -1: wait forever)."""
@@ -894,7 +909,10 @@ class Consumer:
             log.exception("the consumer's driver thread failed")
             self._driver_error = exc if isinstance(exc, KwireError) else KwireError(
                 f"consumer driver failed: {exc!r}")
-            self._push(self._driver_error)
+            self._q.append(self._driver_error)  # (nothing decodes the raw chunks any more)
+            if self._app_waiting:
+                with self._cond:
+                    self._cond.notify()
         finally:
             fut = self._close_future
             try:
@@ -908,10 +926,9 @@ class Consumer:
                 self._cond.notify_all()
 
     def _push(self, item) -> None:
-        """Queue an event for the application, after every chunk fetched before it."""
-        while self._raw:
-            self._decode_next()
-        self._q.append(item)
+        """Queue an event for the application, after every chunk fetched before it (behind
+        the raw chunks, which are decoded only as the application makes room)."""
+        (self._raw if self._raw else self._q).append(item)
         if self._app_waiting:
             with self._cond:
                 self._cond.notify()
@@ -925,25 +942,34 @@ class Consumer:
                 self._cond.notify()
 
     def _decode_next(self) -> None:
-        chunk = self._raw.popleft()
-        st = self._subs.get(chunk.tp)
-        if st is None or st.fence != chunk.fence:
-            self._fetcher.release(chunk.tp, chunk.nbytes)  # seeked, paused or revoked since
-            return
-        chunk = self._fetcher.decode(chunk)
-        if chunk is None:
-            return
-        if self._stats is not None:
-            self._stats.on_chunk(chunk)
-        self._decoded_bytes += chunk.nbytes
-        self._q.append(chunk)
+        """The next piece of the first raw chunk (or the event queued behind the chunks)."""
+        raw = self._raw
+        chunk = raw[0]
+        if type(chunk) is not FetchedChunk:
+            self._q.append(raw.popleft())
+        else:
+            st = self._subs.get(chunk.tp)
+            if st is None or st.fence != chunk.fence:
+                raw.popleft()
+                self._fetcher.finish(chunk)  # seeked, paused or revoked since
+                return
+            chunk = self._fetcher.decode_piece(chunk, self._fetcher.piece_bytes)
+            if raw[0].done:
+                raw.popleft()
+            if chunk is None:
+                return
+            if self._stats is not None:
+                self._stats.on_chunk(chunk)
+            self._decoded_bytes += chunk.nbytes
+            self._q.append(chunk)
         if self._app_waiting:
             with self._cond:
                 self._cond.notify()
 
     def _decode_ahead(self) -> None:
         raw = self._raw
-        while raw and self._decoded_bytes < _DECODE_AHEAD_BYTES:
+        ahead = self._fetcher.decode_ahead_bytes
+        while raw and (self._decoded_bytes < ahead or type(raw[0]) is not FetchedChunk):
             self._decode_next()
 
     def _wait_ms(self, now: int) -> int:
@@ -954,7 +980,8 @@ class Consumer:
             d = min(d, self._close_deadline_ms)
         if self._stats is not None and not self._stats.pending:
             d = min(d, self._stats.next_ms)
-        if self._released or self._cmds or (self._raw and self._decoded_bytes < _DECODE_AHEAD_BYTES):
+        if self._released or self._cmds or (self._raw and self._decoded_bytes <
+                                            self._fetcher.decode_ahead_bytes):
             return 0
         return int(max(0, min(d - now, _MAX_WAIT_MS)))
 
@@ -1242,7 +1269,7 @@ class Consumer:
 
     def _report_eof(self, tps, raw: list) -> None:
         """enable.partition.eof: a partition whose position reached its high watermark, after
-        its records (_push decodes every fetched chunk first, so `raw` is queued first)."""
+        its records (_push queues behind the raw chunks, so `raw` is queued first)."""
         for tp in tps:
             st = self._subs.get(tp)
             if st is None or not st.fetchable:

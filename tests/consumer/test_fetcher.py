@@ -328,7 +328,9 @@ def test_request_asks_only_for_free_bytes(cluster):
     s.fetcher.buffered[("t", 0)] = 300
     s.fetcher.buffered_total = 300
     s.driver.run(50)
-    assert s.fetch_bodies()[0][2]["max_bytes"] == 700
+    # 1000 - 300 raw - 250 kept for decoded pieces (a quarter of the budget)
+    assert s.fetcher.decode_ahead_bytes == 250
+    assert s.fetch_bodies()[0][2]["max_bytes"] == 450
 
 
 # --- per-partition errors ----------------------------------------------------------------------

@@ -115,8 +115,12 @@ def test_lost_partitions_records_dropped_commit_refused_max_poll_reported(kafka,
         # the broker waits for it until A's max.poll.interval.ms makes it leave).
         _wait(lambda: {r.partition for r in b_recs} == {0, 1}, "B consuming both partitions")
 
+        # A's driver lost them (B has them): assignment() says so before A's next poll
+        assert a.c.assignment() == []
         with pytest.raises(NotAssignedError):
             a.c.commit(offsets=[TopicPartition(unique_topic, 0, 5)], asynchronous=False)
+        with pytest.raises(NotAssignedError):
+            a.c.commit(asynchronous=False)  # the positions of what A handed out, lost too
 
         before = len(a.log)
         _wait(lambda: any(k == "error" for k, _ in a.log[before:]), "the max.poll error",
