@@ -337,10 +337,14 @@ def _describe(args, net, deadline: _Deadline) -> int:
     group = args.describe
     net.refresh_metadata([], deadline.left_ms())
     coordinator = find_coordinator(net, group, deadline)
-    kip848 = describe_consumer_group(net, coordinator.node_id, group, deadline)
-    if kip848 is not None:
-        return _describe_kip848(args, group, coordinator, kip848)
     desc = describe_group(net, coordinator.node_id, group, deadline)
+    classic = desc is not None and desc["error_code"] == 0 and bool(desc["members"] or desc["protocol_type"])
+    if not classic:
+        # (Kafka answers DescribeGroups for a KIP-848 group with GROUP_ID_NOT_FOUND; Tansu
+        # answers ConsumerGroupDescribe for any group, empty: a group with no epoch is none)
+        kip848 = describe_consumer_group(net, coordinator.node_id, group, deadline)
+        if kip848 is not None and (kip848["members"] or kip848["group_epoch"] > 0):
+            return _describe_kip848(args, group, coordinator, kip848)
     if desc is None:
         raise CommandError(f"the coordinator of group {group!r} (node {coordinator.node_id}) "
                            "does not support DescribeGroups")
