@@ -9,8 +9,15 @@ import os
 
 import pytest
 
-from tests.test_records import (_worker_mix, codec, compiled, expected, kp_v2,  # noqa: F401
-                                legacy_message, tuples)
+from tests.test_records import (  # noqa: F401  (codec and compiled are fixtures)
+    _worker_mix,
+    codec,
+    compiled,
+    expected,
+    kp_v2,
+    legacy_message,
+    tuples,
+)
 
 RECORDS_SECTION = 61  # a v2 batch's header; the rest is its records section
 
