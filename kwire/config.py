@@ -180,8 +180,8 @@ PROPERTIES: tuple[Prop, ...] = (
        "buffered ahead of poll(), summed over partitions, whatever the compression: record sets "
        "wait as fetched (compressed) and are decoded a piece at a time as the application "
        "consumes; decoded records count with their decompressed key, value and header bytes "
-       "plus ~128 bytes of Python objects each.  A quarter of it (at most 4 MiB) is for "
-       "decoded records waiting, a quarter (at most 16 MiB) for batches decompressed ahead by "
+       "plus ~128 bytes of Python objects each.  A quarter of it (at most 8 MiB) is for "
+       "decoded records waiting, an eighth (at most 8 MiB) for batches decompressed ahead by "
        "the decompression worker, the rest for fetched bytes.  On top comes the batch being "
        "decoded (at most fetch.max.decompressed.bytes).", role=CONSUMER, min=1, max=2097151),
     _p("fetch.max.decompressed.bytes", "int", 64 * 1024 * 1024, "Most bytes one fetched "

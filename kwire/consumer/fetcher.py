@@ -25,8 +25,8 @@ most about ``piece_bytes`` of *decoded* records (decompressed key/value/header b
 ``record_bytes``), so one response's expansion is never materialised at once.  The budget holds
 both: raw bytes (counted per Fetch answer, whose frame stays in memory until its last partition
 is decoded) and decoded pieces not yet released by the application; ``decode_ahead_bytes`` of
-it (a quarter, at most 4 MiB) is kept for decoded pieces and ``worker_ahead_bytes`` (a quarter,
-at most 16 MiB) for the batches the codec's decompression worker inflates ahead of the decoder
+it (a quarter, at most 8 MiB) is kept for decoded pieces and ``worker_ahead_bytes`` (an eighth,
+at most 8 MiB) for the batches the codec's decompression worker inflates ahead of the decoder
 (``max_ahead_bytes``: fewer slots, or no worker, under a small budget).  Nothing is fetched
 while raw bytes plus those reach the budget, a partition whose own buffered bytes reach its
 fair share is left out, and a request asks for at most the bytes still free.  The batch being
@@ -226,8 +226,8 @@ def _record_overhead_bytes() -> int:
 
 
 RECORD_OVERHEAD_BYTES = _record_overhead_bytes()
-DECODE_AHEAD_BYTES = 4 << 20   # the most decoded data waiting for the application
-WORKER_AHEAD_BYTES = 16 << 20  # the most the decompression worker holds ahead of the decoder
+DECODE_AHEAD_BYTES = 8 << 20   # the most decoded data waiting for the application
+WORKER_AHEAD_BYTES = 8 << 20   # the most the decompression worker holds ahead of the decoder
 _MIN_PIECE_BYTES = 4096
 _MAX_STEP = 1 << 16            # records taken from the iterator at once
 
@@ -367,7 +367,7 @@ class Fetcher:
         if iter_batches is None:
             iter_batches, default_records = _record_layer()
             iter_records = iter_records or default_records
-            self.worker_ahead_bytes = min(WORKER_AHEAD_BYTES, buffer_budget_bytes // 4)
+            self.worker_ahead_bytes = min(WORKER_AHEAD_BYTES, buffer_budget_bytes // 8)
             iter_batches = partial(iter_batches, max_ahead_bytes=self.worker_ahead_bytes)
             if iter_records is not None:
                 iter_records = partial(iter_records, max_ahead_bytes=self.worker_ahead_bytes)

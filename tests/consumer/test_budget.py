@@ -10,9 +10,10 @@ took ~1.1 GB at the default budget.
 SLACK covers what is not the consumer's buffering: the batch being decoded (decompressed whole:
 ~1 MB here, at most fetch.max.decompressed.bytes), the interpreter's and the allocator's
 growth while records come and go, the network client's receive buffer.  Measured growth of
-the 2M x 1 KB zstd backlog, one run (base = before the change, interleaved): 40 MiB at the
+the 2M x 1 KB zstd backlog (base = before the change, interleaved in one run): 40 MiB at the
 default 64 MiB budget (base 402 MiB; 1096 MiB in another run, batching differs), 23 MiB at
-16 MiB (base 455), 11 MiB at 4 MiB (base 398), 7.8 MiB at 1 MiB (base 302).
+16 MiB (base 455), 11 MiB at 4 MiB (base 398), 7.8 MiB at 1 MiB (base 302); with the final
+split (8 MiB decode-ahead, 8 MiB worker): 30 MiB at 64 MiB, 13 MiB at 4 MiB.
 """
 from __future__ import annotations
 

@@ -95,15 +95,15 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
 def test_the_budget_keeps_room_for_decoded_pieces_and_the_worker():
     tp = ("t", 0)
     f, _ = _fetcher([tp], budget=8 << 20)
-    assert (f.decode_ahead_bytes, f.worker_ahead_bytes) == (2 << 20, 2 << 20)
+    assert (f.decode_ahead_bytes, f.worker_ahead_bytes) == (2 << 20, 1 << 20)
     assert f.piece_bytes == 512 << 10
     f64, _ = _fetcher([tp], budget=64 << 20)
-    assert (f64.decode_ahead_bytes, f64.worker_ahead_bytes) == (4 << 20, 16 << 20)
+    assert (f64.decode_ahead_bytes, f64.worker_ahead_bytes) == (8 << 20, 8 << 20)
     # the request asks for what the budget leaves for raw bytes
     f.metadata = SimpleNamespace(leader_for=lambda t, p: 1, partition=lambda t, p: None,
                                  topic_id=lambda t: None, request_update=lambda: None)
     [req] = f.poll(0)
-    assert req.body(12)["max_bytes"] == (8 << 20) - (2 << 20) - (2 << 20)
+    assert req.body(12)["max_bytes"] == (8 << 20) - (2 << 20) - (1 << 20)
 
 
 def test_a_frame_stays_counted_until_its_last_partition_is_decoded():
