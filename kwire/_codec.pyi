@@ -98,10 +98,12 @@ class RecordBatch:
 
 def iter_records(data: Buffer, check_crc: bool = True, topic: str | None = None,
                  partition: int = -1, leader_epoch_default: int = -1, *,
-                 max_decompressed_bytes: int = 67108864) -> Iterator[Record]: ...
+                 max_decompressed_bytes: int = 67108864,
+                 max_ahead_bytes: int | None = None) -> Iterator[Record]: ...
 def iter_batches(data: Buffer, check_crc: bool = True, *, topic: str | None = None,
                  partition: int = -1, leader_epoch_default: int = -1,
-                 max_decompressed_bytes: int = 67108864) -> Iterator[RecordBatch]: ...
+                 max_decompressed_bytes: int = 67108864,
+                 max_ahead_bytes: int | None = None) -> Iterator[RecordBatch]: ...
 # A dict of column buffers (see the docstring): num_records, offset, timestamp, key/value
 # offsets, data and validity, headers.
 def decode_columns(data: Buffer, check_crc: bool = True, *,
