@@ -70,17 +70,22 @@ def admin_program(ck, bootstrap, topic, group):
         adm.ConfigEntry("retention.ms", "3600000", incremental_operation=adm.AlterConfigOpType.SET),
         adm.ConfigEntry("cleanup.policy", "compact", incremental_operation=adm.AlterConfigOpType.SET)])
     seen["alter"] = [_outcome(f) for f in a.incremental_alter_configs([change]).values()]
+    # (a describe right after an alter may still see the old values: KRaft brokers apply a
+    # config change when the metadata record reaches them -- wait for it, either module)
+    _wait(lambda: described(res)[1]["retention.ms"][0] == "3600000", "the alter applied")
     seen["config_after"] = described(res)
     reset = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
         adm.ConfigEntry("retention.ms", None, incremental_operation=adm.AlterConfigOpType.DELETE),
         adm.ConfigEntry("cleanup.policy", None, incremental_operation=adm.AlterConfigOpType.DELETE)])
     seen["reset"] = [_outcome(f) for f in a.incremental_alter_configs([reset]).values()]
+    _wait(lambda: described(res)[1]["retention.ms"][2], "the reset applied")  # is_default
     seen["config_reset"] = described(res)
     whole = adm.ConfigResource(adm.ResourceType.TOPIC, topic, set_config={"retention.ms": "7200000"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         futs = a.alter_configs([whole])
     seen["alter_whole"] = ([w.category.__name__ for w in caught], [_outcome(f) for f in futs.values()])
+    _wait(lambda: described(res)[1]["retention.ms"][0] == "7200000", "the whole alter applied")
     seen["config_whole"] = described(res)
     worse = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
         adm.ConfigEntry("retention.ms", "soon", incremental_operation=adm.AlterConfigOpType.SET)])
