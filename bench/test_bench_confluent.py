@@ -19,6 +19,8 @@ The end-to-end comparison against confluent-kafka on a broker is bench/clients.p
 """
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from kwire.records import Record
@@ -67,7 +69,7 @@ class _FakeKConsumer:
     def __init__(self, recs):
         self._recs = recs
         self._i = 0
-        self._last_poll_ms = 0
+        self._ch = types.SimpleNamespace(last_poll_ms=0)
 
     def consume(self, n, timeout=None):
         i = self._i

@@ -98,7 +98,7 @@ class Consumer:
             else:
                 self._bi = i
             # a poll() as far as max.poll.interval.ms goes, though kwire was not called
-            self._c._last_poll_ms = _monotonic_ns() // 1_000_000
+            self._c._ch.last_poll_ms = _monotonic_ns() // 1_000_000
             return _wrap(r)
         if self._closed:
             raise RuntimeError("Consumer closed")
@@ -126,7 +126,7 @@ class Consumer:
             raise ValueError("num_messages must be between 0 and 1000000 (1M)")
         buf = self._buf
         if buf is not None:  # what poll() left of its batch comes first
-            self._c._last_poll_ms = _monotonic_ns() // 1_000_000
+            self._c._ch.last_poll_ms = _monotonic_ns() // 1_000_000
             i = self._bi
             j = i + num_messages
             if j >= len(buf):

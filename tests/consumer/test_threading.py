@@ -31,7 +31,7 @@ def test_concurrent_consume_raises_at_once():
             t.start()
             inside.wait(5)
             # the first call waits inside consume() until its timeout (nothing is assigned)
-            while not c._in_poll:
+            while not c._ch.in_poll:
                 assert not done.is_set()
                 time.sleep(0.01)
             with pytest.raises(ConcurrentUseError):
