@@ -140,12 +140,15 @@ class Consumer:
                 records = c.consume(1000, timeout=1.0)
     """
 
-    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer=None, **kwargs):
+    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer=None,
+                 network=None, **kwargs):
+        """``network``: for tests, an object with NetworkClient's surface to use instead of a
+        NetworkClient (see kwire.consumer.driver.Driver)."""
         cfg = parse_config(dict(config or {}) if not isinstance(config, Config) else config,
                            role="consumer", **kwargs)
         self.config = cfg
         ch = self._ch = Channel()
-        self._driver = drv = Driver(cfg, ch, tracer=tracer)
+        self._driver = drv = Driver(cfg, ch, tracer=tracer, network=network)
         ch.last_poll_ms = now_ms()
         self._q, self._urgent, self._cond, self._cmds = ch.q, ch.urgent, ch.cond, ch.cmds
         self._consumed = ch.consumed                # (the application writes it)

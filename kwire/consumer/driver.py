@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -246,14 +247,19 @@ class Channel:
 class Driver:
     """The driver thread's side of a Consumer (see the module docstring)."""
 
-    def __init__(self, cfg: Config, ch: Channel, *, tracer: Any = None) -> None:
+    def __init__(self, cfg: Config, ch: Channel, *, tracer: Any = None, network: Any = None,
+                 clock: Callable[[], int] = now_ms) -> None:
+        """``network``: an object with NetworkClient's surface in place of one (tests drive the
+        driver's real step() against an in-memory broker with it); ``clock``: milliseconds,
+        monotonic (a fake clock in those tests)."""
         self.config = cfg
         self._ch = ch
         self._q, self._urgent, self._cond = ch.q, ch.urgent, ch.cond
-        self._net = NetworkClient(cfg, tracer=tracer, role="consumer",
-                                  allow_auto_topic_creation=cfg.allow_auto_create_topics)
+        self._clock = clock
+        self._net = network if network is not None else NetworkClient(
+            cfg, tracer=tracer, role="consumer", allow_auto_topic_creation=cfg.allow_auto_create_topics)
         self._md: Metadata = self._net.metadata
-        now = now_ms()
+        now = clock()
         self._subs = SubscriptionState(cfg.auto_offset_reset)
         self._group_id = cfg.group_id
         member_kw = {"remote_assignor": cfg.group_remote_assignor} \
@@ -309,7 +315,7 @@ class Driver:
         ch = self._ch
         try:
             while True:
-                timeout = self.step(now_ms())
+                timeout = self.step(self._clock())
                 if timeout is None:
                     break
                 done = self._net.poll(timeout)
@@ -371,7 +377,7 @@ class Driver:
                 req(f)
                 continue
             resp = f.error if f.error is not None else f.response
-            result = req.owner.on_response(req, resp, now_ms())
+            result = req.owner.on_response(req, resp, self._clock())
             if req.owner is fetcher:
                 if result:
                     raw.extend(result)
@@ -382,7 +388,7 @@ class Driver:
         if raw:
             # Positions already moved past the fetched batches (from their headers): ask for
             # the next data first, then decode while the broker works on it.
-            self._send_all(now_ms())
+            self._send_all(self._clock())
             self._raw.extend(raw)
             self._decode_ahead()
         self._dispatch_actions()
@@ -674,7 +680,7 @@ class Driver:
             if f.error is not None:
                 fut.set(error=f.error)
                 return
-            md.update(f.response, now_ms(), all_topics=True)
+            md.update(f.response, self._clock(), all_topics=True)
             fut.set(md.snapshot())
 
         f = self._net.send(None, "Metadata", lambda v: md.request_body(v, names),
@@ -735,7 +741,7 @@ class Driver:
             node = coord.coordinator_id
             if node is None:
                 req.owner.on_response(req, KafkaConnectionError("the group coordinator is unknown"),
-                                      now_ms())
+                                      self._clock())
                 return
             # COORDINATOR (membership calls) always gets the coordinator's own connection: a
             # JoinGroup held for the rebalance does not stop the fetches.  Commits and offset

@@ -11,7 +11,13 @@ versions are checked exactly as on the wire.  Then the fake answers with a simpl
 * error injection per API (``cluster.inject("Heartbeat", E.NOT_COORDINATOR)``).
 
 Record batches here are Python objects behind an opaque token in the ``records`` bytes; the
-fetcher is given :func:`fake_iter_batches` to decode them.
+fetcher is given :func:`fake_iter_batches` to decode them.  With ``real_records=True`` the
+cluster answers Fetch with real magic-2 batches (kwire's ``build_batch``) instead, for the real
+record layer.
+
+Two ways to drive it: :class:`Driver` runs individual state machines on a fake clock;
+:class:`FakeNetwork` stands in for the NetworkClient under the consumer's real driver
+(:class:`kwire.consumer.driver.Driver`), whose ``step()``/``on_done()`` then run unchanged.
 """
 from __future__ import annotations
 
@@ -62,6 +68,24 @@ def pack_batches(batches: list[FBatch], *, truncated_tail: bool = False) -> byte
     token = struct.pack(">Q", next(_tokens))
     _REGISTRY[token] = (batches, truncated_tail)
     return token
+
+
+def real_batches(batches: list[FBatch]) -> bytes:
+    """The batches as kwire's encoder writes them (magic 2, consecutive offsets)."""
+    from kwire.records import build_batch
+
+    out = []
+    for b in batches:
+        if b.is_control:
+            recs = [(r.key, struct.pack(">hi", 0, 0), [], r.timestamp) for r in b.records]
+        else:
+            recs = [(r.key, r.value, [], r.timestamp) for r in b.records]
+        out.append(build_batch(recs, b.base_offset, producer_id=b.producer_id,
+                               producer_epoch=0 if b.producer_id >= 0 else -1,
+                               base_sequence=0 if b.producer_id >= 0 else -1,
+                               is_transactional=b.is_transactional, is_control=b.is_control,
+                               partition_leader_epoch=b.partition_leader_epoch))
+    return b"".join(out)
 
 
 def fake_iter_batches(data, check_crc=True, topic=None, partition=-1):
@@ -130,7 +154,9 @@ class Pending:
 
 
 class FakeCluster:
-    def __init__(self, nodes=(1, 2, 3), *, coordinator_id: int = 1, versions: dict | None = None):
+    def __init__(self, nodes=(1, 2, 3), *, coordinator_id: int = 1, versions: dict | None = None,
+                 real_records: bool = False):
+        self.real_records = real_records
         self.nodes = list(nodes)
         self.coordinator_id = coordinator_id
         self.versions = versions or {}
@@ -627,7 +653,8 @@ class FakeCluster:
             if batches:
                 any_data = True
                 aborted = getattr(self, "aborted", {}).get(tp, [])
-                responses[tp[0]].append({**self._fpart(tp, 0), "records": pack_batches(batches),
+                records = real_batches(batches) if self.real_records else pack_batches(batches)
+                responses[tp[0]].append({**self._fpart(tp, 0), "records": records,
                                          "aborted_transactions": aborted})
             elif not incremental:
                 responses[tp[0]].append(self._fpart(tp, 0))
@@ -721,3 +748,80 @@ class Driver:
             self.step()
             self.clock.advance(self.tick_ms)
         return self.clock.now_ms - start
+
+
+# --- the consumer's real driver over the fake cluster ---------------------------------------------
+
+class FakeRequest:
+    """What NetworkClient.send returns (an InFlight's fields the driver reads), and what the
+    fake cluster's handlers are given as the request."""
+
+    def __init__(self, node, api, body, min_version, max_version):
+        self.node, self.api, self._body = node, api, body
+        self.min_version, self.max_version = min_version, max_version
+        self.response = None
+        self.error: BaseException | None = None
+
+    def body(self, version):
+        return self._body(version) if callable(self._body) else self._body
+
+
+class FakeNetwork:
+    """NetworkClient's surface, as kwire.consumer.driver.Driver uses it, over a FakeCluster on
+    a fake clock: requests are answered (or deferred, like a long-poll Fetch) by the cluster
+    at the next :meth:`poll`; metadata is refreshed from the cluster when asked for."""
+
+    def __init__(self, cluster: FakeCluster, clock: Clock):
+        self.cluster, self.clock = cluster, clock
+        self.metadata = Metadata()
+        self.stats = None
+        self.authentication_error = None
+        self.down_nodes: set = set()
+        self.sent: list = []          # (now_ms, node, api)
+        self._queued: list[FakeRequest] = []
+        self._done: list[FakeRequest] = []
+        self.closed = False
+
+    def send(self, node_id, api, body, *, version=None, timeout_ms=None, min_version=None,
+             max_version=None, keep_raw=False):
+        f = FakeRequest(node_id, api, body, min_version, max_version)
+        self._queued.append(f)
+        return f
+
+    def group_node(self, node_id, host=None, port=None):
+        return node_id
+
+    def wakeup(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def poll(self, timeout_ms: int = 0) -> list[FakeRequest]:
+        now = self.clock.now_ms
+        c = self.cluster
+        if self.metadata.needs_update(now):
+            self.metadata.update(c.metadata_response(), now, all_topics=True)
+        c.tick(now)
+        queued, self._queued = self._queued, []
+        for f in queued:
+            node = f.node if f.node is not None else c.nodes[0]
+            self.sent.append((now, node, f.api))
+            if node in self.down_nodes:
+                f.error = KafkaConnectionError(f"node {node} is down")
+            elif f.api == "Metadata":
+                f.response = c.metadata_response()
+            else:
+                _version, resp = c.handle(node, f, now)
+                if isinstance(resp, Pending):
+                    continue
+                if isinstance(resp, BaseException):
+                    f.error = resp
+                else:
+                    f.response = resp
+            self._done.append(f)
+        for pend in c.take_ready():
+            pend.req.response = pend.response
+            self._done.append(pend.req)
+        out, self._done = self._done, []
+        return out
