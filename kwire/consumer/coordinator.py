@@ -31,19 +31,19 @@ look-ups (OffsetFetch, multi-group layout from v8) also go through here.
 """
 from __future__ import annotations
 
-import enum
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..errors import (CommitFailedError, KafkaConnectionError, KafkaTimeoutError, KwireError,
-                      MaxPollIntervalExceededError, NotAssignedError, RebalanceInProgressError)
-from ._codes import E, error as broker_error, is_retriable
+from ..errors import (KafkaConnectionError, KafkaTimeoutError, KwireError,
+                      MaxPollIntervalExceededError)
+from ._codes import E, error as broker_error
 from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
                         decode_member_subscription, rebalance_protocol)
+from .group_offsets import Commits, CommittedOffsets
+from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
 from .subscription import FetchState, SubscriptionState
-from .types import (COORDINATOR, COORDINATOR_BROKER, AssignPartitions, CommitResult,
-                    CommittedResult, ErrorAction, LosePartitions, OffsetAndMetadata, Request,
+from .types import (COORDINATOR, AssignPartitions, ErrorAction, LosePartitions, OffsetAndMetadata, Request,
                     RevokePartitions)
 
 log = logging.getLogger("kwire.consumer.coordinator")
@@ -51,17 +51,6 @@ log = logging.getLogger("kwire.consumer.coordinator")
 TP = tuple
 NO_GENERATION = -1
 NEVER = None
-
-
-class MemberState(enum.Enum):
-    UNJOINED = "unjoined"
-    FIND_COORDINATOR = "find_coordinator"
-    PREPARING = "preparing"  # eager: revoking everything (and committing) before JoinGroup
-    JOINING = "joining"
-    SYNCING = "syncing"
-    STABLE = "stable"
-    LEAVING = "leaving"
-    CLOSED = "closed"
 
 
 _S = MemberState
@@ -97,28 +86,6 @@ _MAX_VERSION = {"JoinGroup": 5, "SyncGroup": 3, "Heartbeat": 3, "LeaveGroup": 2}
 
 class IllegalMemberTransition(KwireError):
     """A bug: the coordinator asked for a transition its table does not allow."""
-
-
-@dataclass
-class _Commit:
-    seq: int
-    offsets: dict
-    token: Any
-    user: bool
-    deadline_ms: int
-    next_try_ms: int = 0
-    inflight: bool = False
-    done: bool = False
-    error: BaseException | None = None
-
-
-@dataclass
-class _CommittedQuery:
-    tps: list
-    token: Any
-    deadline_ms: int
-    next_try_ms: int = 0
-    inflight: bool = False
 
 
 @dataclass
@@ -214,15 +181,9 @@ class GroupCoordinator:
         self._leave_inflight = False
         self._pending_leave_member: tuple | None = None
 
-        # commits and committed offsets
-        self._commit_seq = 0
-        self._commits: dict[int, _Commit] = {}
-        self._latest_commit_seq: dict[TP, int] = {}
-        self._next_auto_commit_ms = now_ms + auto_commit_interval_ms
-        self._auto_commit_seq: int | None = None
-        self._init_fetch_inflight = False
-        self._init_fetch_next_ms = 0
-        self._queries: list[_CommittedQuery] = []
+        # commits and committed offsets: machines of their own (group_offsets.py)
+        self.commits = Commits(self, auto_commit_interval_ms=auto_commit_interval_ms, now_ms=now_ms)
+        self.committed = CommittedOffsets(self)
 
         # metadata
         self._partitions_per_topic: dict[str, int] = {}
@@ -301,32 +262,12 @@ class GroupCoordinator:
         another member's, whose progress the commit would overwrite (the broker checks the
         generation, not who owns what).  Such a commit fails with NotAssignedError, here and
         again when it is sent (the partition may be lost while the commit waits)."""
-        self._commit_seq += 1
-        seq = self._commit_seq
-        deadline = now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms)
-        c = _Commit(seq, dict(offsets), token, user, deadline)
-        if self.group_id is None:
-            self._finish_commit(c, CommitFailedError("commit needs group.id"))
-            return seq
-        if not offsets:
-            self._finish_commit(c, None)
-            return seq
-        if self._fail_unowned(c):
-            return seq
-        for tp in c.offsets:
-            self._latest_commit_seq[tp] = seq
-        self._commits[seq] = c
-        return seq
+        return self.commits.commit(offsets, now_ms, token=token, user=user, timeout_ms=timeout_ms)
 
     def fetch_committed(self, tps: Iterable[TP], now_ms: int, *, token: Any = None,
                         timeout_ms: int | None = None) -> None:
         """Look committed offsets up; the answer arrives as a CommittedResult action."""
-        tps = list(dict.fromkeys(tps))
-        if self.group_id is None:
-            self._actions.append(CommittedResult({}, KwireError("committed() needs group.id"), token))
-            return
-        deadline = now_ms + (timeout_ms if timeout_ms is not None else self.request_timeout_ms)
-        self._queries.append(_CommittedQuery(tps, token, deadline))
+        self.committed.query(tps, now_ms, token=token, timeout_ms=timeout_ms)
 
     def leave(self, now_ms: int, *, revoke: bool = True, close: bool = False,
               reason: str = "the consumer is leaving") -> None:
@@ -377,6 +318,24 @@ class GroupCoordinator:
 
     def _generation_valid(self) -> bool:
         return self.generation != NO_GENERATION
+
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast.  While the group
+        prepares a rebalance the broker still takes commits of the current generation (it
+        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
+        cooperative member keeps its partitions then, and commits them over the broker's
+        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
+        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
+        rather than wait out the rebalance."""
+        if self.state is MemberState.SYNCING:
+            return False
+        if self.state is MemberState.JOINING:
+            return self.protocol == COOPERATIVE and self._generation_valid()
+        return True
+
+    def _offset_fetch_member(self) -> tuple[str | None, int]:
+        """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
+        return None, -1
 
     def _ctx(self, kind: str, payload: Any = None, **extra) -> _Ctx:
         return _Ctx(kind, self._coordinator_epoch, self.generation, self.member_id, payload, extra)
@@ -438,10 +397,8 @@ class GroupCoordinator:
         out.extend(self._take_pending_leave())
         self._maybe_find_coordinator(now_ms, out)
         self._membership_poll(now_ms, out)
-        self._maybe_auto_commit(now_ms)
-        self._send_commits(now_ms, out)
-        self._maybe_fetch_initial(now_ms, out)
-        self._send_queries(now_ms, out)
+        self.commits.poll(now_ms, out)
+        self.committed.poll(now_ms, out)
         return out
 
     def _membership_poll(self, now_ms: int, out: list) -> None:
@@ -482,25 +439,13 @@ class GroupCoordinator:
         if self._generation_valid() and not self.app_in_poll and \
                 self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             ds.append(self.last_app_poll_ms + self.max_poll_interval_ms + 1)
-        if self.auto_commit and (self.state is MemberState.STABLE or (
-                not self.subs.is_auto and self.subs.assigned())):
-            if self._auto_commit_seq not in self._commits:
-                ds.append(self._next_auto_commit_ms)
-        for c in self._commits.values():
-            if not c.inflight:
-                ds.append(min(c.next_try_ms, c.deadline_ms) if known else c.deadline_ms)
-        for q in self._queries:
-            if not q.inflight:
-                ds.append(min(q.next_try_ms, q.deadline_ms) if known else q.deadline_ms)
-        if known and not self._init_fetch_inflight and self.group_id is not None and \
-                (not self.subs.is_auto or self.state is MemberState.STABLE) and \
-                self.subs.in_state(FetchState.INITIALIZING):
-            ds.append(self._init_fetch_next_ms)
+        self.commits.deadlines(known, ds)
+        self.committed.deadlines(known, ds)
         r = self._revocation
-        if r is not None and r.acked and (r.commit_seq is None or r.commit_seq not in self._commits):
+        if r is not None and r.acked and (r.commit_seq is None or not self.commits.in_flight(r.commit_seq)):
             ds.append(0)
         if self.state is MemberState.LEAVING and not self._leave_inflight and \
-                all(c.done for c in self._commits.values()) and (known or not self.member_id):
+                self.commits.all_done() and (known or not self.member_id):
             ds.append(0)
         return min(ds) if ds else None
 
@@ -548,7 +493,7 @@ class GroupCoordinator:
         if self.group_id is None:
             return False
         return (self._want_membership() or self.state not in (MemberState.UNJOINED, MemberState.CLOSED)
-                or bool(self._commits) or bool(self._queries)
+                or bool(self.commits.pending) or bool(self.committed.queries)
                 or bool(self.subs.in_state(FetchState.INITIALIZING))
                 or self._pending_leave_member is not None)
 
@@ -630,10 +575,10 @@ class GroupCoordinator:
                     r.commit_seq = self.commit(offsets, now_ms, user=False,
                                                timeout_ms=min(self.request_timeout_ms,
                                                               self.rebalance_timeout_ms))
-                    if r.commit_seq in self._commits:
+                    if self.commits.in_flight(r.commit_seq):
                         return
                 r.committed = True
-            elif r.commit_seq in self._commits:
+            elif self.commits.in_flight(r.commit_seq):
                 return  # commit in flight
             else:
                 r.committed = True
@@ -824,7 +769,7 @@ class GroupCoordinator:
         self._hb_next_ms = now_ms + self.heartbeat_interval_ms
         self._snapshot = self._current_snapshot()
         if self.auto_commit:
-            self._next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
+            self.commits.next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
         if self.protocol == EAGER:
             self.subs.set_assignment(assigned)
             self._actions.append(AssignPartitions(assigned, incremental=False))
@@ -898,7 +843,7 @@ class GroupCoordinator:
     def _maybe_leave(self, now_ms: int, out: list) -> None:
         if self._leave_inflight:
             return
-        if any(not c.done for c in self._commits.values()):
+        if not self.commits.all_done():
             return  # let commits finish (their deadlines bound this)
         member_id = self.member_id
         if self.group_instance_id is None and member_id and self.coordinator_id is not None \
@@ -940,324 +885,20 @@ class GroupCoordinator:
         else:
             self._to(MemberState.UNJOINED, "left")
 
-    # --- commits -------------------------------------------------------------------------------
-
-    def _maybe_auto_commit(self, now_ms: int) -> None:
-        if not self.auto_commit or now_ms < self._next_auto_commit_ms:
-            return
-        if self.subs.is_auto and self.state is not MemberState.STABLE:
-            return
-        if self._auto_commit_seq is not None and self._auto_commit_seq in self._commits:
-            return
-        self._next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
-        offsets = self.subs.uncommitted()
-        if offsets:
-            self._auto_commit_seq = self.commit(offsets, now_ms, user=False)
-
-    def _fail_unowned(self, c: _Commit) -> bool:
-        """Fail ``c`` if it names a partition this group member does not own."""
-        if not self.subs.is_auto:
-            return False  # manual assignment: the application decides what it commits
-        unowned = sorted(tp for tp in c.offsets if not self.subs.is_assigned(tp))
-        if not unowned:
-            return False
-        names = ", ".join(f"{t} [{p}]" for t, p in unowned)
-        self._finish_commit(c, NotAssignedError(
-            f"commit failed: {names} not assigned to this member (revoked or lost in a "
-            "rebalance; another member may own them now)", unowned))
-        return True
-
-    def _topic_ids_complete(self, topics: Iterable[str]) -> bool:
-        for t in topics:
-            tid = self._topic_ids.get(t)
-            if tid is None or getattr(tid, "int", 1) == 0:
-                return False
-        return True
-
-    def _send_commits(self, now_ms: int, out: list) -> None:
-        if not self._commits:
-            return
-        for c in list(self._commits.values()):
-            if c.inflight:
-                continue
-            if now_ms >= c.deadline_ms:
-                self._finish_commit(c, c.error or KafkaTimeoutError(
-                    "commit not completed within its timeout"))
-                continue
-            # An older commit must not overwrite a newer one of the same partition.
-            stale = [tp for tp in c.offsets if self._latest_commit_seq.get(tp, 0) > c.seq]
-            for tp in stale:
-                del c.offsets[tp]
-            if not c.offsets:
-                self._finish_commit(c, None)
-                continue
-            if self._fail_unowned(c):
-                continue
-            if self.coordinator_id is None or now_ms < c.next_try_ms:
-                continue
-            if self.subs.is_auto and not self._can_commit_now():
-                self._finish_commit(c, RebalanceInProgressError(
-                    "commit failed: the group is completing a rebalance (joined generation "
-                    f"{self.generation}, assignment not received yet); commit again after the "
-                    "next poll()"))
-                continue
-            out.append(self._commit_request(c))
-            c.inflight = True
-
-    def _can_commit_now(self) -> bool:
-        """Whether a member's commit can be sent now rather than fail fast.  While the group
-        prepares a rebalance the broker still takes commits of the current generation (it
-        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
-        cooperative member keeps its partitions then, and commits them over the broker's
-        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
-        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
-        rather than wait out the rebalance."""
-        if self.state is MemberState.SYNCING:
-            return False
-        if self.state is MemberState.JOINING:
-            return self.protocol == COOPERATIVE and self._generation_valid()
-        return True
-
-    def _commit_request(self, c: _Commit) -> Request:
-        by_topic: dict[str, list] = {}
-        for (topic, partition), om in sorted(c.offsets.items()):
-            by_topic.setdefault(topic, []).append({
-                "partition_index": partition, "committed_offset": om.offset,
-                "committed_leader_epoch": om.leader_epoch if om.leader_epoch is not None else -1,
-                "committed_metadata": om.metadata if om.metadata is not None else "",
-                "commit_timestamp": -1})
-        member = self.subs.is_auto
-        generation = self.generation if member else NO_GENERATION
-        member_id = self.member_id if member else ""
-        topics = [{"name": t, "topic_id": self._topic_ids.get(t), "partitions": ps}
-                  for t, ps in by_topic.items()]
-        body = {"group_id": self.group_id, "generation_id_or_member_epoch": generation,
-                "generation_id": generation, "member_id": member_id,
-                "group_instance_id": self.group_instance_id if member else None,
-                "retention_time_ms": -1, "topics": topics}
-        max_version = None if self._topic_ids_complete(by_topic) else 9
-        return Request(COORDINATOR_BROKER, "OffsetCommit", lambda v: body, max_version=max_version,
-                       timeout_ms=self.request_timeout_ms,
-                       context=self._ctx("commit", c.seq), owner=self)
-
-    def _finish_commit(self, c: _Commit, err: BaseException | None) -> None:
-        c.done = True
-        c.error = err
-        self._commits.pop(c.seq, None)
-        if err is None:
-            for tp, om in c.offsets.items():
-                self.subs.mark_committed(tp, om.offset)
-        self._actions.append(CommitResult(c.offsets, err, c.token, c.user))
-
-    def _on_commit(self, req: Request, resp, now_ms: int) -> None:
-        ctx: _Ctx = req.context
-        c = self._commits.get(ctx.payload)
-        if c is None:
-            return
-        c.inflight = False
-        if isinstance(resp, BaseException):
-            c.error = resp
-            c.next_try_ms = now_ms + self.retry_backoff_ms
-            if isinstance(resp, (KafkaConnectionError, KafkaTimeoutError)) and \
-                    ctx.coordinator_epoch == self._coordinator_epoch:
-                self.mark_coordinator_unknown(f"OffsetCommit failed: {resp}", now_ms)
-            return
-        id_to_name = {v: k for k, v in self._topic_ids.items()}
-        retry: dict = {}
-        failure: BaseException | None = None
-        for t in resp.get("topics", ()):
-            name = t.get("name") or id_to_name.get(t.get("topic_id"))
-            for p in t.get("partitions", ()):
-                tp = (name, p["partition_index"])
-                code = p.get("error_code", 0)
-                om = c.offsets.get(tp)
-                if om is None:
-                    continue
-                if code == 0:
-                    self.subs.mark_committed(tp, om.offset)
-                    continue
-                if code in _COORDINATOR_GONE:
-                    if ctx.coordinator_epoch == self._coordinator_epoch:
-                        self.mark_coordinator_unknown(f"OffsetCommit: {broker_error(code)}", now_ms)
-                    retry[tp] = om
-                elif code in (E.COORDINATOR_LOAD_IN_PROGRESS, E.REQUEST_TIMED_OUT,
-                              E.UNKNOWN_TOPIC_OR_PARTITION) or (is_retriable(code) and code not in (
-                              E.REBALANCE_IN_PROGRESS,)):
-                    retry[tp] = om
-                elif code == E.STALE_MEMBER_EPOCH:
-                    # (KIP-848) sent under an older member epoch: again, under the current one
-                    retry[tp] = om
-                elif code == E.REBALANCE_IN_PROGRESS:
-                    failure = RebalanceInProgressError(
-                        f"commit failed: {broker_error(code)}; commit again after the next poll()")
-                    if self.state is MemberState.STABLE:
-                        self.request_rejoin("commit saw a rebalance")
-                elif code in (E.ILLEGAL_GENERATION, E.UNKNOWN_MEMBER_ID):
-                    failure = CommitFailedError(
-                        f"commit failed: {broker_error(code)}: the group rebalanced and the "
-                        "partitions may now belong to another member")
-                    if ctx.generation == self.generation and self._generation_valid() and \
-                            self.state not in (MemberState.LEAVING,):
-                        self._reset_membership(f"OffsetCommit: {broker_error(code)}",
-                                               reset_member_id=code == E.UNKNOWN_MEMBER_ID)
-                elif code == E.FENCED_INSTANCE_ID:
-                    failure = broker_error(code)
-                    self._fatal(failure)
-                else:
-                    failure = broker_error(code)
-        if failure is not None:
-            self._finish_commit(c, failure)
-        elif retry:
-            c.offsets = retry
-            c.error = broker_error(E.COORDINATOR_NOT_AVAILABLE)
-            c.next_try_ms = now_ms + self.retry_backoff_ms
-        else:
-            self._finish_commit(c, None)
-
-    # --- committed offsets (OffsetFetch) -------------------------------------------------------
-
-    def _offset_fetch_request(self, tps: list, kind: str, payload: Any) -> Request:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(tps):
-            by_topic.setdefault(topic, []).append(partition)
-        topics = [{"name": t, "topic_id": self._topic_ids.get(t), "partition_indexes": ps}
-                  for t, ps in by_topic.items()]
-        member_id, member_epoch = self._offset_fetch_member()
-        body = {"group_id": self.group_id, "topics": topics, "require_stable": True,
-                "groups": [{"group_id": self.group_id, "member_id": member_id,
-                            "member_epoch": member_epoch, "topics": topics}]}
-        max_version = None if self._topic_ids_complete(by_topic) else 9
-        return Request(COORDINATOR_BROKER, "OffsetFetch", lambda v: body, max_version=max_version,
-                       timeout_ms=self.request_timeout_ms,
-                       context=self._ctx(kind, payload), owner=self)
-
-    def _offset_fetch_member(self) -> tuple[str | None, int]:
-        """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
-        return None, -1
-
-    def _parse_offset_fetch(self, resp: dict) -> tuple[int, dict]:
-        """(group error code, {tp: (offset, leader_epoch, metadata, error_code)})."""
-        if resp.get("groups"):
-            g = next((g for g in resp["groups"] if g.get("group_id") == self.group_id),
-                     resp["groups"][0])
-            topics, code = g.get("topics", ()), g.get("error_code", 0)
-        else:
-            topics, code = resp.get("topics", ()), resp.get("error_code", 0)
-        id_to_name = {v: k for k, v in self._topic_ids.items()}
-        out = {}
-        for t in topics or ():
-            name = t.get("name") or id_to_name.get(t.get("topic_id"))
-            for p in t.get("partitions", ()):
-                epoch = p.get("committed_leader_epoch", -1)
-                out[(name, p["partition_index"])] = (
-                    p.get("committed_offset", -1), None if epoch is None or epoch < 0 else epoch,
-                    p.get("metadata"), p.get("error_code", 0))
-        return code, out
-
-    def _maybe_fetch_initial(self, now_ms: int, out: list) -> None:
-        if (self.group_id is None or self._init_fetch_inflight or self.coordinator_id is None
-                or now_ms < self._init_fetch_next_ms):
-            return
-        if self.subs.is_auto and self.state is not MemberState.STABLE:
-            return
-        tps = self.subs.in_state(FetchState.INITIALIZING)
-        if not tps:
-            return
-        self._init_fetch_inflight = True
-        out.append(self._offset_fetch_request(tps, "init_fetch", tps))
-
-    def _on_init_fetch(self, req: Request, resp, now_ms: int) -> None:
-        self._init_fetch_inflight = False
-        ctx: _Ctx = req.context
-        if isinstance(resp, BaseException):
-            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
-            if ctx.coordinator_epoch == self._coordinator_epoch:
-                self.mark_coordinator_unknown(f"OffsetFetch failed: {resp}", now_ms)
-            return
-        code, parts = self._parse_offset_fetch(resp)
-        if code != 0:
-            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
-            if code in _COORDINATOR_GONE:
-                self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
-            elif code not in (E.COORDINATOR_LOAD_IN_PROGRESS, E.STALE_MEMBER_EPOCH):
-                self._actions.append(ErrorAction(broker_error(code)))
-            return
-        retry = False
-        for tp in ctx.payload:
-            st = self.subs.get(tp)
-            if st is None or st.state is not FetchState.INITIALIZING:
-                continue
-            got = parts.get(tp)
-            if got is None:
-                retry = True
-                continue
-            offset, epoch, _meta, pcode = got
-            if pcode == E.UNSTABLE_OFFSET_COMMIT or (pcode and is_retriable(pcode)):
-                retry = True
-                continue
-            if pcode:
-                self._actions.append(ErrorAction(broker_error(pcode), partitions=[tp]))
-                retry = True
-                continue
-            if offset is not None and offset >= 0:
-                self.subs.seek_committed(tp, offset, epoch)
-            else:
-                err = self.subs.request_reset(tp)
-                if err is not None:
-                    self._actions.append(ErrorAction(err, partitions=[tp]))
-        if retry:
-            self._init_fetch_next_ms = now_ms + self.retry_backoff_ms
-
-    def _send_queries(self, now_ms: int, out: list) -> None:
-        for q in list(self._queries):
-            if q.inflight:
-                continue
-            if now_ms >= q.deadline_ms:
-                self._queries.remove(q)
-                self._actions.append(CommittedResult({}, KafkaTimeoutError(
-                    "committed offsets not fetched within the timeout"), q.token))
-                continue
-            if self.coordinator_id is None or now_ms < q.next_try_ms:
-                continue
-            q.inflight = True
-            out.append(self._offset_fetch_request(q.tps, "query", q))
-
-    def _on_query(self, req: Request, resp, now_ms: int) -> None:
-        q: _CommittedQuery = req.context.payload
-        q.inflight = False
-        if q not in self._queries:
-            return
-        if isinstance(resp, BaseException):
-            q.next_try_ms = now_ms + self.retry_backoff_ms
-            return
-        code, parts = self._parse_offset_fetch(resp)
-        if code != 0:
-            if code in _COORDINATOR_GONE:
-                self.mark_coordinator_unknown(f"OffsetFetch: {broker_error(code)}", now_ms)
-            if code in _COORDINATOR_GONE or is_retriable(code) or code == E.STALE_MEMBER_EPOCH:
-                q.next_try_ms = now_ms + self.retry_backoff_ms
-                return
-            self._queries.remove(q)
-            self._actions.append(CommittedResult({}, broker_error(code), q.token))
-            return
-        if any(parts.get(tp, (0, 0, 0, 0))[3] == E.UNSTABLE_OFFSET_COMMIT for tp in q.tps):
-            q.next_try_ms = now_ms + self.retry_backoff_ms
-            return
-        self._queries.remove(q)
-        result = {}
-        for tp in q.tps:
-            offset, epoch, meta, pcode = parts.get(tp, (-1, None, None, 0))
-            result[tp] = (OffsetAndMetadata(offset, epoch, meta), broker_error(pcode) if pcode else None)
-        self._actions.append(CommittedResult(result, None, q.token))
-
     # --- responses -----------------------------------------------------------------------------
 
     def on_response(self, request: Request, response, now_ms: int) -> None:
-        getattr(self, self._HANDLERS[request.context.kind])(request, response, now_ms)
+        kind = request.context.kind
+        if kind == "commit":
+            self.commits.on_response(request, response, now_ms)
+        elif kind in ("init_fetch", "query"):
+            self.committed.on_response(request, response, now_ms)
+        else:
+            getattr(self, self._HANDLERS[kind])(request, response, now_ms)
 
+    # the membership's and discovery's responses (commits and look-ups go to their machines)
     _HANDLERS = {"find": "_on_find", "join": "_on_join", "sync": "_on_sync",
-                 "heartbeat": "_on_heartbeat", "leave": "_on_leave", "commit": "_on_commit",
-                 "init_fetch": "_on_init_fetch", "query": "_on_query"}
+                 "heartbeat": "_on_heartbeat", "leave": "_on_leave"}
 
     def _take_pending_leave(self) -> list[Request]:
         """A LeaveGroup owed after max.poll.interval.ms expired (sent without waiting)."""

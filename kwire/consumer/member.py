@@ -317,7 +317,7 @@ class ConsumerGroupMember(GroupCoordinator):
         if self.state is MemberState.JOINING:
             self._to(MemberState.STABLE, f"joined with epoch {epoch}")
             if self.auto_commit:
-                self._next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
+                self.commits.next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
         assignment = resp.get("assignment")
         if assignment is not None:
             self._target = frozenset((t["topic_id"], p) for t in assignment.get("topic_partitions", ())
@@ -401,7 +401,7 @@ class ConsumerGroupMember(GroupCoordinator):
     def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
         if self._leave_inflight:
             return
-        if any(not c.done for c in self._commits.values()):
+        if not self.commits.all_done():
             return  # let commits finish (their deadlines bound this)
         if (self.generation != NO_GENERATION or self._hb_inflight) and self.subs.is_auto:
             # (a join heartbeat in flight may have made this a member: say goodbye after it)
