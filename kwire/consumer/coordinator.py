@@ -40,6 +40,7 @@ from ..errors import (KafkaConnectionError, KafkaTimeoutError, KwireError,
 from ._codes import E, error as broker_error
 from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
                         decode_member_subscription, rebalance_protocol)
+from .discovery import CoordinatorDiscovery
 from .group_offsets import Commits, CommittedOffsets
 from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
 from .subscription import FetchState, SubscriptionState
@@ -144,13 +145,8 @@ class GroupCoordinator:
         self.is_leader = False
         self.failed: BaseException | None = None
 
-        # coordinator discovery
-        self.coordinator_id: int | None = None
-        self.coordinator_host: str | None = None
-        self.coordinator_port: int | None = None
-        self._coordinator_epoch = 0
-        self._find_inflight = False
-        self._find_next_ms = 0
+        # coordinator discovery: a machine of its own (discovery.py)
+        self.discovery = CoordinatorDiscovery(group_id, retry_backoff_ms=retry_backoff_ms)
 
         # join / sync
         self._join_inflight = False
@@ -203,6 +199,24 @@ class GroupCoordinator:
         if new is not self.state:
             log.debug("group %s: %s -> %s %s", self.group_id, self.state.name, new.name, reason)
         self.state = new
+
+    # --- the coordinator (kept by the discovery machine) -------------------------------------
+
+    @property
+    def coordinator_id(self) -> int | None:
+        return self.discovery.node_id
+
+    @property
+    def coordinator_host(self) -> str | None:
+        return self.discovery.host
+
+    @property
+    def coordinator_port(self) -> int | None:
+        return self.discovery.port
+
+    @property
+    def _coordinator_epoch(self) -> int:
+        return self.discovery.epoch
 
     # --- inputs from the driver --------------------------------------------------------------
 
@@ -378,9 +392,7 @@ class GroupCoordinator:
     def mark_coordinator_unknown(self, reason: str, now_ms: int) -> None:
         if self.coordinator_id is not None:
             log.info("group %s: coordinator %s unusable: %s", self.group_id, self.coordinator_id, reason)
-        self.coordinator_id = None
-        self._coordinator_epoch += 1
-        self._find_next_ms = max(self._find_next_ms, now_ms + self.retry_backoff_ms)
+        self.discovery.forget(now_ms)
         self._hb_inflight = False
         if self.state in (MemberState.JOINING, MemberState.SYNCING):
             # Membership is in flux; join again (same member id) once the coordinator is back.
@@ -433,8 +445,9 @@ class GroupCoordinator:
         if self.state is MemberState.CLOSED:
             return None
         known = self.coordinator_id is not None
-        if not known and not self._find_inflight and self._needs_coordinator():
-            ds.append(self._find_next_ms)
+        d = self.discovery.deadline(not known and self._needs_coordinator())
+        if d is not None:
+            ds.append(d)
         self._membership_deadlines(known, ds)
         if self._generation_valid() and not self.app_in_poll and \
                 self.state not in (MemberState.LEAVING, MemberState.CLOSED):
@@ -498,38 +511,18 @@ class GroupCoordinator:
                 or self._pending_leave_member is not None)
 
     def _maybe_find_coordinator(self, now_ms: int, out: list) -> None:
-        if self.coordinator_id is not None or self._find_inflight or now_ms < self._find_next_ms:
-            return
-        if not self._needs_coordinator():
-            return
-        group = self.group_id
-
-        def build(version: int) -> dict:
-            return {"key": group, "key_type": 0, "coordinator_keys": [group]}
-
-        self._find_inflight = True
-        out.append(Request(None, "FindCoordinator", build, context=self._ctx("find"), owner=self))
+        req = self.discovery.poll(now_ms, self._needs_coordinator(), context=self._ctx("find"),
+                                  owner=self)
+        if req is not None:
+            out.append(req)
 
     def _on_find(self, req: Request, resp, now_ms: int) -> None:
-        self._find_inflight = False
-        if isinstance(resp, BaseException):
-            self._find_next_ms = now_ms + self.retry_backoff_ms
-            return
-        if "coordinators" in resp and resp.get("coordinators"):
-            c = next((c for c in resp["coordinators"] if c.get("key") == self.group_id),
-                     resp["coordinators"][0])
-        else:
-            c = resp
-        code = c.get("error_code", 0)
-        if code != 0:
-            if code == E.GROUP_AUTHORIZATION_FAILED:
-                self._fatal(broker_error(code, c.get("error_message")))
-            self._find_next_ms = now_ms + self.retry_backoff_ms
-            return
-        self.coordinator_id = c["node_id"]
-        self.coordinator_host = c.get("host")
-        self.coordinator_port = c.get("port")
-        self._coordinator_epoch += 1
+        before = self._coordinator_epoch
+        err = self.discovery.on_response(resp, now_ms)
+        if err is not None:
+            self._fatal(err)
+        if self._coordinator_epoch == before:
+            return  # not found (yet)
         self._last_hb_ok_ms = now_ms
         self._hb_next_ms = now_ms  # a member that kept its generation checks in at once
         log.info("group %s: coordinator is node %s (%s:%s)", self.group_id, self.coordinator_id,
