@@ -625,3 +625,33 @@ def test_large_answer_in_pieces_is_read_in_one_wait(monkeypatch):
     assert len(resp["topics"]) == 4000
     # no read pass had to start once the rest was on its way: the one waiting took it
     assert reads and all(t < rest_sent[0] for t in reads), (reads, rest_sent)
+
+
+def test_callbacks_run_outside_io_and_may_close_the_connection(broker):
+    """A completion callback runs after the client has finished with the frame and the
+    connection (not from inside the read loop), so it may disconnect the very connection whose
+    answer it gets: the answers already read stay delivered, the rest fail cleanly, and the
+    client goes on."""
+    import traceback
+
+    with _client(broker.bootstrap, auto_metadata=False) as c:
+        node = c.ensure_ready(None).node_id
+        sent = [c.send(node, "Metadata", _metadata_body([f"cb-{i}"])) for i in range(6)]
+        seen = []
+
+        def cb(f):
+            frames = {fr.name for fr in traceback.extract_stack()}
+            seen.append((f, frames & {"_on_frame", "_read", "_close_conn", "_complete", "_finish"}))
+            c.disconnect(node)  # re-entering the client from its own callback
+
+        sent[0].add_callback(cb)
+        deadline = time.monotonic() + 10
+        while not all(f.done for f in sent) and time.monotonic() < deadline:
+            c.poll(100)
+        assert all(f.done for f in sent)
+        assert len(seen) == 1 and seen[0][0] is sent[0] and seen[0][1] == set()
+        assert sent[0].error is None
+        for f in sent[1:]:
+            assert f.error is None or isinstance(f.error, KafkaConnectionError), f.error
+        again = c.request(node, "Metadata", _metadata_body(["cb-after"]))
+        assert [t["name"] for t in again["topics"]] == ["cb-after"]

@@ -266,6 +266,7 @@ class NetworkClient:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._pending_any: deque[InFlight] = deque()  # node_id=None requests awaiting a ready node
         self._completed: list[InFlight] = []  # user requests finished since the last poll()
+        self._due_callbacks: deque[tuple[Callable[[InFlight], Any], InFlight]] = deque()
         self._next_correlation_id = 1
         self._finished_count = 0  # requests completed so far (internal ones too)
         self._metadata_inflight: InFlight | None = None
@@ -486,6 +487,7 @@ class NetworkClient:
                 self._fail(conn.queue.popleft(), err)
         while self._pending_any:
             self._fail(self._pending_any.popleft(), err)
+        self._run_callbacks()
         try:
             self._selector.unregister(self._wake_r)
         except (KeyError, ValueError):
@@ -619,6 +621,7 @@ class NetworkClient:
 
         while True:
             self._step(now)
+            self._run_callbacks()
             done = finished()
             remaining = deadline - now
             if done or remaining <= 0:
@@ -628,6 +631,7 @@ class NetworkClient:
             woken = self._select(wait_ms / 1000.0)
             now = now_ms()
             self._check_timeouts(now)
+            self._run_callbacks()
             if finished() or woken or now >= deadline:
                 return
 
@@ -749,7 +753,7 @@ class NetworkClient:
 
     # --- connecting ---------------------------------------------------------------------------
     def _connect(self, conn: Connection, now: int) -> None:
-        conn.transition(ConnState.CONNECTING, now)
+        conn.connecting(now)
         try:
             infos = socket.getaddrinfo(conn.host, conn.port, type=socket.SOCK_STREAM)
             family, _, proto, _, addr = infos[conn.addr_index % len(infos)]
@@ -763,27 +767,23 @@ class NetworkClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass
-        conn.sock = sock
-        conn.reset_buffers()
+        conn.attach(sock)
         err = sock.connect_ex(addr)
         if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
             self._close_conn(conn, KafkaConnectionError(
                 f"cannot connect to node {conn.node_id} ({conn.address}): {errno.errorcode.get(err, err)}"), now)
             return
         self._selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        conn.write_registered = True
         _log.debug("connecting to node %s (%s)", conn.node_id, conn.address)
         if err == 0:
             self._on_connected(conn, now)
 
     def _on_connected(self, conn: Connection, now: int) -> None:
-        conn.last_recv_ms = now
         if self._ssl_context is not None:
-            conn.transition(ConnState.TLS_HANDSHAKE, now)
-            conn.tls = _tls.TlsSession(self._ssl_context, conn.host)
+            conn.connected(now, _tls.TlsSession(self._ssl_context, conn.host))
             self._tls_handshake(conn, now)
             return
-        conn.transition(ConnState.NEGOTIATING, now)
+        conn.connected(now)
         self._send_api_versions(conn, _API_VERSIONS.max_version, now)
 
     # --- TLS ----------------------------------------------------------------------------------
@@ -803,7 +803,7 @@ class NetworkClient:
             return
         _log.debug("node %s (%s): %s established (%s)", conn.node_id, conn.address, conn.tls.version,
                    (conn.tls.cipher() or ("?",))[0])
-        conn.transition(ConnState.NEGOTIATING, now)
+        conn.tls_established(now)
         self._send_api_versions(conn, _API_VERSIONS.max_version, now)
 
     def _on_tls_bytes(self, conn: Connection, data, now: int) -> bool:
@@ -867,9 +867,6 @@ class NetworkClient:
         if reauth:
             _log.debug("node %s (%s): SASL session lifetime ending; re-authenticating (%d in flight)",
                        conn.node_id, conn.address, len(conn.in_flight))
-            conn.transition(ConnState.REAUTHENTICATING, now)
-        else:
-            conn.transition(ConnState.AUTHENTICATING, now)
         versions = conn.api_versions or {}
         hs = versions.get(_SASL_HANDSHAKE.key)
         if hs is None or hs[1] < 1 or _SASL_AUTHENTICATE.key not in versions:
@@ -878,7 +875,8 @@ class NetworkClient:
                 f"SaslAuthenticate: is it a SASL listener (security.protocol="
                 f"{self.config.security_protocol})?")
         cfg = self.config
-        conn.sasl = _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"], cfg["sasl.password"])
+        conn.authenticating(now, _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"],
+                                                     cfg["sasl.password"]), reauth=reauth)
         self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now,
                          timeout_ms=self.request_timeout_ms if reauth else None)
 
@@ -910,8 +908,6 @@ class NetworkClient:
             return
         lifetime = body.get("session_lifetime_ms") or 0
         conn.sasl_session_lifetime_ms = lifetime
-        if conn.state is ConnState.REAUTHENTICATING:
-            conn.reauthentications += 1
         _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
                    conn.address, mech.name, lifetime or "unlimited")
         # The broker's clock started between our request and its answer: count from the request.
@@ -925,13 +921,7 @@ class NetworkClient:
 
     def _become_ready(self, conn: Connection, now: int, reauth_at_ms: int = 0) -> None:
         self._authentication_error = None
-        conn.handshake = None
-        conn.sasl = None
-        conn.reauth_at_ms = reauth_at_ms
-        conn.transition(ConnState.READY, now)
-        conn.failures = 0
-        conn.setup_stalls = 0
-        conn.last_error = None
+        conn.become_ready(now, reauth_at_ms)
         if conn.queue:
             self._flush_queue(conn, now)
 
@@ -973,31 +963,18 @@ class NetworkClient:
             self._become_ready(conn, now)
 
     def _close_conn(self, conn: Connection, error: KwireError, now: int, *, failure: bool = True) -> None:
-        was = conn.state
-        sock, conn.sock = conn.sock, None
+        sock, was, lost, handshake = conn.shut(now, error, failure=failure, next_attempt_ms=lambda n: backoff_ms(
+            n, self.reconnect_backoff_ms, self.reconnect_backoff_max_ms, self._rng))
         if sock is not None:
             try:
                 self._selector.unregister(sock)
             except (KeyError, ValueError):
                 pass
             sock.close()
-        in_flight = list(conn.in_flight.values())
-        handshake = conn.handshake
-        # acks=0 requests are not in in_flight; those not fully written are lost too.
-        unsent = [item[1] for item in conn.out if item[1] is not None and not item[1].expect_response]
-        conn.reset_buffers()
-        if was is not ConnState.DISCONNECTED:
-            conn.transition(ConnState.DISCONNECTED, now)
-        conn.api_versions = None
         if failure:
-            conn.failures += 1
-            conn.last_failure_ms = now
-            conn.last_error = error
-            conn.next_attempt_ms = now + backoff_ms(conn.failures, self.reconnect_backoff_ms,
-                                                    self.reconnect_backoff_max_ms, self._rng)
             _log.debug("node %s (%s): %s; retry in %d ms", conn.node_id, conn.address, error,
                        conn.next_attempt_ms - now)
-        for f in in_flight + unsent:
+        for f in lost:
             if f is not handshake and not f.done:
                 self._fail(f, _as_connection_error(error, conn))
         if handshake is not None and not handshake.done:
@@ -1336,11 +1313,19 @@ class NetworkClient:
             self._completed.append(f)
         cbs, f._callbacks = f._callbacks, None
         if cbs:
-            for cb in cbs:
-                try:
-                    cb(f)
-                except Exception:  # a callback's bug must not wedge the driver
-                    _log.exception("callback of %r raised", f)
+            # Run later, at a point where no connection is half-way through a state change
+            # (_run_callbacks): a callback may send, close or fail requests itself.
+            self._due_callbacks.extend((cb, f) for cb in cbs)
+
+    def _run_callbacks(self) -> None:
+        """The callbacks of requests finished since the last call, outside of any I/O handling."""
+        due = self._due_callbacks
+        while due:
+            cb, f = due.popleft()
+            try:
+                cb(f)
+            except Exception:  # a callback's bug must not wedge the driver
+                _log.exception("callback of %r raised", f)
 
     def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
         if self.stats is not None:

@@ -213,6 +213,72 @@ class Connection:
         self.state = new
         self.state_since_ms = now_ms
 
+    # --- the connection's life: every state change happens in one of these ---------------------
+
+    def connecting(self, now_ms: int) -> None:
+        """A connect attempt begins (the socket follows with :meth:`attach`)."""
+        self.transition(ConnState.CONNECTING, now_ms)
+
+    def attach(self, sock: socket.socket) -> None:
+        """The attempt's socket, non-blocking, registered for reading and writing."""
+        self.sock = sock
+        self.reset_buffers()
+        self.write_registered = True
+
+    def connected(self, now_ms: int, tls: Any = None) -> None:
+        """TCP is up: the TLS handshake (``tls``, a TlsSession) comes next, or ApiVersions."""
+        self.last_recv_ms = now_ms
+        if tls is not None:
+            self.transition(ConnState.TLS_HANDSHAKE, now_ms)
+            self.tls = tls
+        else:
+            self.transition(ConnState.NEGOTIATING, now_ms)
+
+    def tls_established(self, now_ms: int) -> None:
+        self.transition(ConnState.NEGOTIATING, now_ms)
+
+    def authenticating(self, now_ms: int, mechanism: Any, *, reauth: bool = False) -> None:
+        """A SASL exchange begins: after ApiVersions, or (KIP-368) on a READY connection whose
+        session is ending."""
+        self.transition(ConnState.REAUTHENTICATING if reauth else ConnState.AUTHENTICATING, now_ms)
+        self.sasl = mechanism
+
+    def become_ready(self, now_ms: int, reauth_at_ms: int = 0) -> None:
+        """Set up (or re-authenticated): requests may go; the failure counts start over."""
+        if self.state is ConnState.REAUTHENTICATING:
+            self.reauthentications += 1
+        self.handshake = None
+        self.sasl = None
+        self.reauth_at_ms = reauth_at_ms
+        self.transition(ConnState.READY, now_ms)
+        self.failures = 0
+        self.setup_stalls = 0
+        self.last_error = None
+
+    def shut(self, now_ms: int, error: KwireError, *, failure: bool,
+             next_attempt_ms: Callable[[int], int]) -> tuple[socket.socket | None, ConnState,
+                                                             list[InFlight], InFlight | None]:
+        """Disconnected (or closed on purpose, ``failure=False``).  Returns the socket to close,
+        the state it was in, the requests that were written or being written (acks=0 ones
+        included), and the set-up request in flight; the caller fails them.  On a failure the
+        next attempt waits ``next_attempt_ms(failures)`` (the reconnect backoff)."""
+        was = self.state
+        sock, self.sock = self.sock, None
+        in_flight = list(self.in_flight.values())
+        handshake = self.handshake
+        # acks=0 requests are not in in_flight; those not fully written are lost too.
+        unsent = [item[1] for item in self.out if item[1] is not None and not item[1].expect_response]
+        self.reset_buffers()
+        if was is not ConnState.DISCONNECTED:
+            self.transition(ConnState.DISCONNECTED, now_ms)
+        self.api_versions = None
+        if failure:
+            self.failures += 1
+            self.last_failure_ms = now_ms
+            self.last_error = error
+            self.next_attempt_ms = now_ms + next_attempt_ms(self.failures)
+        return sock, was, in_flight + unsent, handshake
+
     def reset_buffers(self) -> None:
         self.reader = FrameReader(self.max_frame_bytes)
         self.out.clear()
