@@ -16,8 +16,9 @@ comma-separated strings.  ``python -m kwire.config > docs/CONFIG.md`` renders th
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import ConfigError
 
@@ -366,7 +367,7 @@ class Config(Mapping[str, Any]):
     def __setattr__(self, attr, value):
         raise AttributeError("Config is read-only; use replace()")
 
-    def replace(self, **overrides: Any) -> "Config":
+    def replace(self, **overrides: Any) -> Config:
         """A copy with some values changed: ``cfg.replace(**{"linger.ms": 0})``."""
         merged = dict(self.user)
         merged.update(overrides)

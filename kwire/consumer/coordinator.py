@@ -32,20 +32,39 @@ look-ups (OffsetFetch, multi-group layout from v8) also go through here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from ..errors import (KafkaConnectionError, KafkaTimeoutError, KwireError,
-                      MaxPollIntervalExceededError)
-from ._codes import E, error as broker_error
-from .assignors import (COOPERATIVE, EAGER, Assignor, decode_member_assignment,
-                        decode_member_subscription, rebalance_protocol)
+from ..errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    KwireError,
+    MaxPollIntervalExceededError,
+)
+from ._codes import E
+from ._codes import error as broker_error
+from .assignors import (
+    COOPERATIVE,
+    EAGER,
+    Assignor,
+    decode_member_assignment,
+    decode_member_subscription,
+    rebalance_protocol,
+)
 from .discovery import CoordinatorDiscovery
 from .group_offsets import Commits, CommittedOffsets
 from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
 from .subscription import FetchState, SubscriptionState
-from .types import (COORDINATOR, AssignPartitions, ErrorAction, LosePartitions, OffsetAndMetadata, Request,
-                    RevokePartitions)
+from .types import (
+    COORDINATOR,
+    AssignPartitions,
+    ErrorAction,
+    LosePartitions,
+    OffsetAndMetadata,
+    Request,
+    RevokePartitions,
+)
 
 log = logging.getLogger("kwire.consumer.coordinator")
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from ..errors import ConfigError, KwireError, LogTruncationError, NoOffsetForPartitionError
 from .types import OffsetAndMetadata
