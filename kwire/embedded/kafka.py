@@ -519,11 +519,18 @@ class KafkaCluster:
 
 
 if __name__ == "__main__":  # python -m kwire.embedded.kafka [VERSION ...]: fetch the jars ahead of a run
-    import sys
+    import argparse
 
-    for v in sys.argv[1:] or [KAFKA_VERSION, KAFKA_3_VERSION]:
+    parser = argparse.ArgumentParser(
+        prog="python -m kwire.embedded.kafka",
+        description="Fetch Apache Kafka's broker jars (and Java's client tools) from Maven Central "
+                    f"into {cache_root()}, ahead of a test run.")
+    parser.add_argument("versions", nargs="*", metavar="VERSION",
+                        help=f"Kafka versions (default: {KAFKA_VERSION} and {KAFKA_3_VERSION})")
+    args = parser.parse_args()
+    for v in args.versions or [KAFKA_VERSION, KAFKA_3_VERSION]:
         t0 = time.monotonic()
         print(f"Apache Kafka {v}: {kafka_jars(v)} ({time.monotonic() - t0:.1f} s)")
-    for v in sys.argv[1:] or [KAFKA_VERSION]:  # Java's clients, for tests/test_java_captures.py
+    for v in args.versions or [KAFKA_VERSION]:  # Java's clients, for tests/test_java_captures.py
         t0 = time.monotonic()
         print(f"Apache Kafka {v} tools: {kafka_tools_jars(v)} ({time.monotonic() - t0:.1f} s)")
