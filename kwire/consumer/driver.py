@@ -45,6 +45,7 @@ from .types import (
     LosePartitions,
     Request,
     RevokePartitions,
+    StateMachine,
 )
 
 log = logging.getLogger("kwire.consumer")
@@ -286,6 +287,8 @@ class Driver:
             client_rack=cfg.client_rack, retry_backoff_ms=cfg.retry_backoff_ms,
             request_timeout_ms=cfg.request_timeout_ms,
             max_decompressed_bytes=cfg.fetch_max_decompressed_bytes)
+        # every machine, in the order the driver polls them
+        self._machines: tuple[StateMachine, ...] = (self._coord, self._positions, self._fetcher)
         self._raw: deque[Any] = deque()           # fetched chunks not decoded yet
         self._decoded_bytes = 0              # decoded and queued, not yet released by the app
         self._inflight: dict[Any, Any] = {}            # NetworkClient future -> Request (or a callback)
@@ -443,8 +446,7 @@ class Driver:
             self._decode_next()
 
     def _wait_ms(self, now: int) -> int:
-        ds = [self._coord.next_deadline_ms(), self._positions.next_deadline_ms(),
-              self._fetcher.next_deadline_ms()]
+        ds = [m.next_deadline_ms() for m in self._machines]
         d = min((x for x in ds if x is not None), default=now + _MAX_WAIT_MS)
         if self._close_deadline_ms is not None:
             d = min(d, self._close_deadline_ms)
@@ -726,11 +728,9 @@ class Driver:
     # --- requests ---------------------------------------------------------------------------------
 
     def _send_all(self, now: int) -> None:
-        reqs = self._coord.poll(now)
         if self._group_id is None:
-            self._positions.reset_initializing()
-        reqs += self._positions.poll(now)
-        reqs += self._fetcher.poll(now)
+            self._positions.reset_initializing()  # (no committed offsets to wait for)
+        reqs = [req for m in self._machines for req in m.poll(now)]
         for req in reqs:
             self._send(req)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 # Special offsets, as confluent-kafka spells them.
 OFFSET_BEGINNING = -2
@@ -126,6 +126,22 @@ class Request:
 
     def __repr__(self) -> str:
         return f"Request({self.api} -> {self.node!r}, v={self.version})"
+
+
+class StateMachine(Protocol):
+    """What the consumer's driver runs (GroupCoordinator / ConsumerGroupMember,
+    PositionManager, Fetcher): a machine that does no I/O.  ``poll`` says what to send now;
+    ``next_deadline_ms`` when ``poll`` next has something to do without a response (None:
+    only a response can change things); ``on_response`` takes a response (or the exception
+    its request failed with); ``drain_actions`` hands over what the application must hear."""
+
+    def poll(self, now_ms: int) -> list[Request]: ...
+
+    def next_deadline_ms(self) -> int | None: ...
+
+    def on_response(self, request: Request, response: Any, now_ms: int) -> Any: ...
+
+    def drain_actions(self) -> list[Any]: ...
 
 
 # --- actions (state machine -> application) -------------------------------------------------
