@@ -221,12 +221,33 @@ class Producer:
             queued += 1
         return queued
 
-    def _no_txn(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
-                                        "transactions are not supported by kwire's producer"))
+    # --- transactions (kwire.producer.txn_api; errors as KafkaException(KafkaError)) -----------
+    def _txn_call(self, fn, *args):
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        try:
+            return fn(*args)
+        except KwireError as exc:
+            raise to_kafka_exception(exc) from None
 
-    init_transactions = begin_transaction = commit_transaction = abort_transaction = _no_txn
-    send_offsets_to_transaction = _no_txn
+    def init_transactions(self, timeout=None):
+        """Take the transactional id's producer id (fencing older producers with it)."""
+        return self._txn_call(self._p.init_transactions, _txn_timeout(timeout))
+
+    def begin_transaction(self):
+        return self._txn_call(self._p.begin_transaction)
+
+    def send_offsets_to_transaction(self, positions, group_metadata, timeout=None):
+        """Commit the consumer group's ``positions`` (TopicPartitions) with the transaction."""
+        return self._txn_call(self._p.send_offsets_to_transaction, positions, group_metadata,
+                              _txn_timeout(timeout))
+
+    def commit_transaction(self, timeout=None):
+        """Flush, then commit the transaction."""
+        return self._txn_call(self._p.commit_transaction, _txn_timeout(timeout))
+
+    def abort_transaction(self, timeout=None):
+        return self._txn_call(self._p.abort_transaction, _txn_timeout(timeout))
 
     def cluster_id(self, timeout=-1):
         """The cluster id the brokers report (None when they report none)."""
@@ -261,3 +282,10 @@ class Producer:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _txn_timeout(timeout):
+    """confluent-kafka: None or -1 wait up to transaction.timeout.ms (kwire: None)."""
+    if timeout is None or timeout < 0:
+        return None
+    return float(timeout)

@@ -27,8 +27,12 @@ synchronous: ``produce`` buffers (and writes full batches without blocking), ``p
 **Delivery.**  At least once: retriable errors (leader moved, connection lost, timeouts) are
 retried after ``retry.backoff.ms`` with a metadata refresh, until ``retries`` or
 ``delivery.timeout.ms`` runs out.  One batch per partition is in flight at a time, so retries
-keep per-partition order.  Without idempotence (not supported yet) a retry after a lost
-response may write a batch twice.  With ``acks=0`` no response comes back and offsets are
+keep per-partition order.  Without idempotence a retry after a lost response may write a
+batch twice; with ``enable.idempotence`` (off by default, as in librdkafka) every batch carries
+the producer id, epoch and a per-partition sequence number, so the broker drops the duplicate
+(see :mod:`kwire.producer.transactions`).  ``transactional.id`` adds transactions:
+``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+``commit_transaction``, ``abort_transaction`` (confluent-kafka's API; timeouts in seconds).  With ``acks=0`` no response comes back and offsets are
 reported as -1001 (OFFSET_INVALID), as librdkafka does.
 """
 from __future__ import annotations
@@ -40,9 +44,10 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .config import Config, parse_config
-from .errors import (
+from ..config import Config, parse_config
+from ..errors import (
     BrokerError,
+    ConfigError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KwireError,
@@ -50,9 +55,12 @@ from .errors import (
     PurgedError,
     for_code,
 )
-from .net import NetworkClient, now_ms
-from .protocol.schema import ZERO_UUID
-from .stats import ProducerStats
+from ..net import NetworkClient, now_ms
+from ..protocol.schema import ZERO_UUID
+from ..stats import ProducerStats
+from .coordinator import TxnCoordinatorClient
+from .transactions import ProduceAction, TransactionManager, TxnState
+from .txn_api import TransactionsMixin
 
 __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
@@ -197,7 +205,7 @@ class DeliveryReport:
 
 class _Batch:
     __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
-                 "next_attempt_ms", "stale_metadata_ms", "purged")
+                 "next_attempt_ms", "stale_metadata_ms", "purged", "identity")
 
     def __init__(self, tp: tuple[str, int], now: int):
         self.tp = tp
@@ -211,6 +219,7 @@ class _Batch:
         # after NOT_LEADER & co: the metadata's updated_ms then; the retry waits for newer
         self.stale_metadata_ms = -1
         self.purged = False  # reported by purge() while in flight: its answer is ignored
+        self.identity: tuple[int, int] | None = None  # idempotence: (producer id, epoch) of payload
 
 
 def _to_bytes(value, what: str) -> bytes | None:
@@ -238,7 +247,7 @@ def _headers(headers) -> list[tuple[str, bytes | None]]:
     return out
 
 
-class Producer:
+class Producer(TransactionsMixin):
     """Produce records to Kafka (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
@@ -274,8 +283,16 @@ class Producer:
         self._rng = random.Random()
         self._closed = False
         self._stats = ProducerStats.maybe(cfg, self._net, now_ms())  # None: statistics off
-        from . import records as _records  # the record layer; imported late so a codec build
+        from .. import records as _records  # the record layer; imported late so a codec build
         self._build_batch = _records.build_batch  # problem surfaces only when producing
+        self._tm: TransactionManager | None = None  # idempotent / transactional state
+        self._txc: TxnCoordinatorClient | None = None
+        if cfg.enable_idempotence:
+            self._tm = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+            self._txc = TxnCoordinatorClient(
+                self._net, self._tm, retry_backoff_ms=cfg.retry_backoff_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                pump=lambda wait_ms: self._drive(wait_ms, flushing=False, serve=False))
 
     # --- public API -----------------------------------------------------------------------
     def produce(self, topic: str, value=None, key=None, partition: int | None = None,
@@ -287,6 +304,8 @@ class Producer:
         records are waiting."""
         if self._closed:
             raise RuntimeError("producer is closed")
+        if self._tm is not None:
+            self._tm.check_produce()
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         if self._max_queued and self._outstanding >= self._max_queued:
@@ -378,7 +397,7 @@ class Producer:
 
     def list_topics(self, topic: str | None = None, timeout: float | None = 10.0):
         """Metadata snapshot (see :meth:`kwire.admin.Admin.list_topics`)."""
-        from .net import Metadata
+        from ..net import Metadata
         md = Metadata()
         resp = self._net.request(None, "Metadata", lambda v: md.request_body(v, None if topic is None else [topic]),
                                  None if timeout is None else int(timeout * 1000))
@@ -444,6 +463,8 @@ class Producer:
     # --- the driver -------------------------------------------------------------------------
     def _drive(self, wait_ms: int, *, flushing: bool, serve: bool) -> None:
         now = now_ms()
+        if self._tm is not None and self._tm.state is TxnState.FATAL_ERROR:
+            self._fail_waiting(self._tm.set_fatal(KwireError()), now)
         self._place_parked(now)
         self._expire(now)
         self._send_ready(now, flushing)
@@ -516,6 +537,8 @@ class Producer:
                 b = q.popleft()
                 err = KafkaTimeoutError(f"batch for {tp[0]}[{tp[1]}] timed out after {limit} ms "
                                         "(delivery.timeout.ms)")
+                if self._tm is not None and b.payload is not None:
+                    self._sequence_gap()
                 for msg in b.msgs:
                     self._report(msg, err, now)
 
@@ -546,6 +569,8 @@ class Producer:
                     self._md.request_update()
                     continue
                 b.stale_metadata_ms = -1
+            if self._tm is not None and not self._tm.may_send(tp):
+                continue  # no producer id yet, or not yet added to the transaction
             if not (flushing or b.closed or len(q) > 1 or b.attempts or
                     now - b.created_ms >= self._linger_ms):
                 continue
@@ -567,26 +592,50 @@ class Producer:
             by_node.setdefault(leader, []).append(b)
         for node, batches in by_node.items():
             self._send_produce(node, batches)
+        tm = self._tm
+        if tm is not None and tm.state is not TxnState.FATAL_ERROR:
+            assert self._txc is not None
+            if not tm.transactional and not tm.has_identity and self._batches_waiting():
+                self._txc.start_init_pid()
+            elif tm.transactional and tm.pending:
+                self._txc.maybe_add_partitions(now)
+
+    def _batches_waiting(self) -> bool:
+        return any(self._batches.values())
 
     def _send_produce(self, node: int, batches: list[_Batch]) -> None:
+        tm = self._tm
         for b in batches:
+            if tm is not None and b.identity != (tm.producer_id, tm.epoch):
+                b.payload = None  # a new producer id / epoch: the batch takes a new sequence
             if b.payload is None:
+                idem: dict[str, Any] = {}
+                if tm is not None:
+                    b.identity = (tm.producer_id, tm.epoch)
+                    idem = {"producer_id": tm.producer_id, "producer_epoch": tm.epoch,
+                            "base_sequence": tm.take_sequence(b.tp, len(b.msgs)),
+                            "is_transactional": tm.transactional}
                 b.payload = self._build_batch(
                     [(m._key, m._value, m._headers, m._timestamp_ms) for m in b.msgs],
-                    compression=self._compression)
+                    compression=self._compression, **idem)
         by_topic: dict[str, list[dict]] = {}
         for b in batches:
             by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.payload})
         topic_ids = {t: self._md.topic_id(t) for t in by_topic}
         acks, timeout_ms = self._acks, self._request_timeout_ms
+        txn_id = None if tm is None else tm.transactional_id
 
         def body(version: int) -> dict:
-            return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
+            return {"transactional_id": txn_id, "acks": acks, "timeout_ms": timeout_ms,
                     "topic_data": [{"name": t, "topic_id": topic_ids[t] or ZERO_UUID, "partition_data": parts}
                                    for t, parts in by_topic.items()]}
 
         # Produce v13 names topics by id only: use it only when every id is known.
         max_version = None if all(topic_ids.values()) else 12
+        if txn_id is not None:
+            # v12+ adds partitions to the transaction implicitly (KIP-890 part 2) and goes with
+            # EndTxn v5's epoch bumps; kwire adds them with AddPartitionsToTxn, as librdkafka
+            max_version = 11
         if self._stats is not None:
             self._stats.on_send(batches)
         for b in batches:
@@ -635,33 +684,62 @@ class Producer:
                     b.stale_metadata_ms = self._md.updated_ms
                 self._retry_or_fail(b, err, now)
                 continue
-            base = pr["base_offset"]
-            append_ms = pr.get("log_append_time_ms", -1)
-            if self._stats is not None:
-                self._stats.on_acked(b)
-            for i, msg in enumerate(b.msgs):
-                msg._offset = base + i if base >= 0 else -1
-                # Like the Java client, trust a log-append time when the broker sends one.
-                # (librdkafka's mock cluster always sends 1234, whatever the topic's
-                # timestamp type; create_timestamp() still has the record's own.)
-                if append_ms is not None and append_ms >= 0:
-                    msg._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
-                    msg._timestamp_ms = append_ms
-                self._report(msg, None, now)
+            self._acked(b, pr["base_offset"], pr.get("log_append_time_ms", -1), now)
+
+    def _acked(self, b: _Batch, base: int, append_ms: int | None, now: int) -> None:
+        if self._stats is not None:
+            self._stats.on_acked(b)
+        for i, msg in enumerate(b.msgs):
+            msg._offset = base + i if base >= 0 else -1
+            # Like the Java client, trust a log-append time when the broker sends one.
+            # (librdkafka's mock cluster always sends 1234, whatever the topic's
+            # timestamp type; create_timestamp() still has the record's own.)
+            if append_ms is not None and append_ms >= 0:
+                msg._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
+                msg._timestamp_ms = append_ms
+            self._report(msg, None, now)
 
     def _retry_or_fail(self, b: _Batch, err: KwireError, now: int) -> None:
         retriable = isinstance(err, (KafkaConnectionError, KafkaTimeoutError)) or \
             (isinstance(err, BrokerError) and err.retriable)
+        tm = self._tm
+        if tm is not None:
+            action = tm.produce_action(err, retriable)
+            if action is ProduceAction.SUCCESS:  # DUPLICATE_SEQUENCE_NUMBER: written before
+                self._acked(b, -1, None, now)
+                return
+            if action is ProduceAction.RESET_RETRY:
+                tm.pid_reset_needed = True  # a new producer id; the batch gets a new sequence
+                retriable = True
+            elif action is ProduceAction.FATAL:
+                tm.set_fatal(err)
+                retriable = False
+            elif action is ProduceAction.ABORTABLE:
+                retriable = False
         first = b.msgs[0]._created_ms
         if retriable and b.attempts < self._retries and now - first < self._delivery_timeout_ms:
             b.attempts += 1
             b.next_attempt_ms = now + self._retry_backoff_ms
             self._batches.setdefault(b.tp, deque()).appendleft(b)
             return
+        if tm is not None and b.payload is not None:
+            self._sequence_gap()  # the broker may or may not have this batch
         for msg in b.msgs:
             self._report(msg, err, now)
 
+    def _sequence_gap(self) -> None:
+        """A batch that was sent failed for good: its sequence numbers may be missing at the
+        broker, so the next batch would be out of order.  Idempotent: a new producer id;
+        transactional: the abort takes a new epoch (InitProducerId again)."""
+        assert self._tm is not None
+        if self._tm.transactional:
+            self._tm.epoch_bump_needed = True
+        else:
+            self._tm.pid_reset_needed = True
+
     def _report(self, msg: DeliveryReport, err: KwireError | None, now: int) -> None:
+        if err is not None and self._tm is not None and self._tm.transactional:
+            self._tm.set_abortable(err)  # a record of the transaction failed: abort it
         msg._error = err
         msg._delivered_ms = now
         if err is not None:

@@ -1,0 +1,382 @@
+"""kwire's idempotent and transactional producer on Apache Kafka 4.3 (issue 17).
+
+* a retry after a lost Produce response writes the batch once with enable.idempotence, twice
+  without (the second shows the fault was real: the broker had appended the batch before the
+  client dropped the connection);
+* interleaved committed and aborted transactions across partitions: kwire's read_committed
+  Consumer and confluent-kafka's both return exactly the committed records, read_uncommitted
+  every record;
+* consume-transform-produce: the group's committed offsets move on commit, not on abort;
+* a second producer with the same transactional.id fences the first (ProducerFatalError;
+  through kwire.confluent a fatal KafkaError, as confluent-kafka raises);
+* one confluent-kafka transactional program, run through kwire.confluent and confluent_kafka on
+  the same broker, prints the same.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import confluent_kafka
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import kwire.confluent as kc
+from kwire import TopicPartition
+from kwire.consumer import OFFSET_BEGINNING, Consumer
+from kwire.errors import (
+    ConfigError,
+    InvalidProducerEpochError,
+    ProducerFatalError,
+    ProducerFencedError,
+    TransactionStateError,
+)
+from kwire.producer import Producer
+
+PARTITIONS = 3
+
+
+def _topic(bootstrap: str, partitions: int = PARTITIONS) -> str:
+    name = f"txn-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        f.result(20)
+    return name
+
+
+def _hw(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict:
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "probe",
+                                  "isolation.level": "read_committed"})
+    try:
+        return {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), timeout=20)[1]
+                for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def _read_kwire(bootstrap: str, topic: str, isolation: str, partitions: int = PARTITIONS) -> list:
+    """Every record kwire's Consumer returns, from the beginning to the partitions' ends as
+    confluent-kafka reports them, as (partition, value) in log order per partition."""
+    ends = _hw(bootstrap, topic, partitions)
+    got: list = []
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation,
+                   "fetch.wait.max.ms": 100}) as c:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + 30
+        while True:
+            got.extend((r.partition, r.offset, r.value) for r in c.consume(500, timeout=0.1))
+            pos = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in range(partitions)])}
+            if all(pos[p] >= ends[p] for p in range(partitions)):
+                break
+            assert time.monotonic() < deadline, f"positions {pos} never reached {ends}"
+    return [(p, v) for p, _, v in sorted(got)]
+
+
+def _read_confluent(bootstrap: str, topic: str, isolation: str, partitions: int = PARTITIONS) -> list:
+    ends = _hw(bootstrap, topic, partitions)
+    c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader",
+                                  "isolation.level": isolation, "enable.partition.eof": True})
+    c.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)])
+    got = []
+    eof: set = set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(eof) < partitions:
+            assert time.monotonic() < deadline, f"no EOF on every partition ({eof}; ends {ends})"
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    if m.offset() >= ends[m.partition()]:
+                        eof.add(m.partition())
+                    continue
+                raise AssertionError(m.error())
+            got.append((m.partition(), m.offset(), m.value()))
+    finally:
+        c.close()
+    return [(p, v) for p, _, v in sorted(got)]
+
+
+def _flushed(p, n_expected: int) -> list:
+    """Flush; the delivery reports' (partition, value)."""
+    assert p.flush(30) == 0
+    return n_expected
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+def test_idempotence_configuration_conflicts_are_config_errors():
+    with pytest.raises(ConfigError, match="acks"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, "acks": 1})
+    with pytest.raises(ConfigError, match="retries"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, "retries": 0})
+    with pytest.raises(ConfigError, match="enable.idempotence"):
+        Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": "t", "enable.idempotence": False})
+    p = Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": "t"})
+    try:
+        assert p.config.enable_idempotence is True
+        with pytest.raises(TransactionStateError):
+            p.produce("t", b"v")  # outside a transaction
+        with pytest.raises(TransactionStateError):
+            p.begin_transaction()  # before init_transactions()
+    finally:
+        p.close(0)
+
+
+# --- idempotence: a retry after a lost response ------------------------------------------------
+
+def _write_with_lost_response(bootstrap: str, topic: str, idempotent: bool) -> list:
+    """Produce ``before`` records, then one record whose Produce response is lost: the broker
+    appends it (watched through ListOffsets while the producer does not read its socket), the
+    producer drops the connection before reading the answer and retries.  Then ``after``
+    records.  Returns what the log holds, as values in order."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": idempotent,
+                  "retry.backoff.ms": 50})
+    reports = []
+
+    def report(err, msg):
+        assert err is None, err
+        reports.append(msg.value())
+
+    try:
+        for i in range(3):
+            p.produce(topic, b"before-%d" % i, partition=0, on_delivery=report)
+        assert p.flush(30) == 0
+        leader = p._md.leader_for(topic, 0)
+        injected = False
+        for attempt in range(20):
+            start = _hw(bootstrap, topic, 1)[0]
+            value = b"lost-response-%d" % attempt
+            p.produce(topic, value, partition=0, on_delivery=report)
+            while p.network.in_flight_count(leader) == 0 and not reports[-1:] == [value]:
+                p.poll(0)
+            if reports[-1:] == [value]:
+                continue  # answered within the same poll: try again
+            deadline = time.monotonic() + 10
+            while _hw(bootstrap, topic, 1)[0] == start and time.monotonic() < deadline:
+                time.sleep(0.05)  # the producer does not poll: its answer stays unread
+            assert _hw(bootstrap, topic, 1)[0] > start, "the broker never appended the batch"
+            p.network.disconnect(leader)  # the answer is lost; the batch is retried
+            injected = True
+            break
+        assert injected
+        for i in range(3):
+            p.produce(topic, b"after-%d" % i, partition=0, on_delivery=report)
+        assert p.flush(30) == 0
+        assert len(reports) == 7  # each record reported once, successfully
+    finally:
+        p.close(10)
+    return [v for _, v in _read_kwire(bootstrap, topic, "read_uncommitted", 1)]
+
+
+def test_idempotent_retry_writes_each_record_once(kafka):
+    topic = _topic(kafka.bootstrap, 1)
+    log = _write_with_lost_response(kafka.bootstrap, topic, idempotent=True)
+    lost = [v for v in log if v.startswith(b"lost")]
+    assert len(lost) == 1, log
+    assert log == [b"before-0", b"before-1", b"before-2", lost[0], b"after-0", b"after-1", b"after-2"]
+
+
+def test_without_idempotence_the_same_retry_duplicates(kafka):
+    """The control: the fault above is real (without sequences the retry is written again)."""
+    topic = _topic(kafka.bootstrap, 1)
+    log = _write_with_lost_response(kafka.bootstrap, topic, idempotent=False)
+    lost = [v for v in log if v.startswith(b"lost")]
+    assert len(lost) == 2 and lost[0] == lost[1], log
+
+
+# --- transactions ----------------------------------------------------------------------------
+
+def _txn_producer(bootstrap: str, txn_id: str, **cfg) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **cfg})
+    p.init_transactions(30)
+    return p
+
+
+def test_interleaved_transactions_read_committed_and_uncommitted(kafka):
+    bs = kafka.bootstrap
+    topic = _topic(bs)
+    a = _txn_producer(bs, f"{topic}-a")
+    b = _txn_producer(bs, f"{topic}-b")
+    plain = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    committed, everything = [], []
+    try:
+        def send(p, label, parts, n):
+            out = []
+            for part in parts:
+                for i in range(n):
+                    v = b"%s-p%d-%d" % (label.encode(), part, i)
+                    p.produce(topic, v, partition=part)
+                    out.append((part, v))
+            return out
+
+        a.begin_transaction()
+        b.begin_transaction()
+        ra = send(a, "a1", [0, 1], 4)
+        rb = send(b, "b1", [1, 2], 3)
+        a.flush(30)
+        b.flush(30)
+        rp = send(plain, "plain", [0, 2], 2)
+        assert plain.flush(30) == 0
+        a.commit_transaction(30)
+        b.abort_transaction(30)
+        committed += ra + rp
+        everything += ra + rb + rp
+        b.begin_transaction()
+        rb2 = send(b, "b2", [0, 1, 2], 2)
+        b.commit_transaction(30)
+        a.begin_transaction()
+        ra2 = send(a, "a2", [2], 5)
+        assert a.flush(30) == 0  # in the log (an abort drops what is still queued)
+        a.abort_transaction(30)
+        committed += rb2
+        everything += rb2 + ra2
+    finally:
+        for p in (a, b, plain):
+            p.close(10)
+
+    def per_partition(records):
+        return {p: [v for q, v in records if q == p] for p in range(PARTITIONS)}
+
+    for isolation, expected in (("read_committed", committed), ("read_uncommitted", everything)):
+        got_k = _read_kwire(bs, topic, isolation)
+        got_c = _read_confluent(bs, topic, isolation)
+        assert sorted(got_k) == sorted(expected), isolation
+        assert got_k == got_c, isolation  # the reference reads the same, in the same order
+        # within a partition, each producer's records keep their order
+        for part, values in per_partition(got_k).items():
+            for label in ("a1", "a2", "b1", "b2", "plain"):
+                mine = [v for v in values if v.startswith(label.encode() + b"-")]
+                assert mine == sorted(mine, key=lambda v: int(v.rsplit(b"-", 1)[1])), (part, label)
+
+
+def test_consume_transform_produce_offsets_move_only_on_commit(kafka):
+    bs = kafka.bootstrap
+    src, dst = _topic(bs, 1), _topic(bs, 1)
+    group = f"ctp-{uuid.uuid4().hex[:8]}"
+    feeder = Producer({"bootstrap.servers": bs, "linger.ms": 0})
+    for i in range(20):
+        feeder.produce(src, b"in-%d" % i, partition=0)
+    assert feeder.flush(30) == 0
+    feeder.close()
+    p = _txn_producer(bs, f"{group}-txn")
+    c = Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "fetch.wait.max.ms": 100})
+    try:
+        c.subscribe([src])
+        batch: list = []
+        deadline = time.monotonic() + 60
+        while len(batch) < 10:
+            assert time.monotonic() < deadline
+            batch.extend(c.consume(10 - len(batch), timeout=0.5))
+        meta = c.consumer_group_metadata()
+        assert meta.group_id == group and meta.member_id and meta.generation_id >= 1
+
+        def transform_and_send(records):
+            p.begin_transaction()
+            for r in records:
+                p.produce(dst, r.value.replace(b"in-", b"out-"), partition=0)
+            assert p.flush(30) == 0  # in the log, so the aborted copy is there to be skipped
+            tp = TopicPartition(src, 0, records[-1].offset + 1)
+            p.send_offsets_to_transaction([tp], c.consumer_group_metadata(), 30)
+
+        transform_and_send(batch)
+        p.abort_transaction(30)
+        assert [tp.offset for tp in c.committed([TopicPartition(src, 0)], timeout=10)] == [-1001]
+        transform_and_send(batch)
+        p.commit_transaction(30)
+        assert [tp.offset for tp in c.committed([TopicPartition(src, 0)], timeout=10)] == [10]
+    finally:
+        c.close()
+        p.close(10)
+    out = [v for _, v in _read_kwire(bs, dst, "read_committed", 1)]
+    assert out == [b"out-%d" % i for i in range(10)]
+    # the aborted copy is in the log, invisible to read_committed
+    assert len(_read_kwire(bs, dst, "read_uncommitted", 1)) == 20
+
+
+# --- fencing -----------------------------------------------------------------------------------
+
+def test_second_producer_with_the_same_id_fences_the_first(kafka):
+    bs = kafka.bootstrap
+    topic = _topic(bs)
+    txn_id = f"{topic}-fence"
+    old = _txn_producer(bs, txn_id)
+    old.begin_transaction()
+    old.produce(topic, b"zombie", partition=0)
+    assert old.flush(30) == 0
+    new = _txn_producer(bs, txn_id)  # fences `old` and aborts its open transaction
+    try:
+        new.begin_transaction()
+        new.produce(topic, b"alive", partition=0)
+        new.commit_transaction(30)
+        with pytest.raises(ProducerFatalError) as info:
+            old.produce(topic, b"zombie-2", partition=0)
+            old.commit_transaction(30)
+        assert isinstance(info.value.cause, (ProducerFencedError, InvalidProducerEpochError))
+        with pytest.raises(ProducerFatalError):  # and it stays fatal
+            old.begin_transaction()
+    finally:
+        old.close(1)
+        new.close(10)
+    assert [v for _, v in _read_kwire(bs, topic, "read_committed")] == [b"alive"]
+
+
+# --- the same program through kwire.confluent and confluent_kafka ------------------------------
+
+def _program(ck, bs: str, topic: str, txn_id: str) -> list:
+    """A classic confluent-kafka transactional program; returns what it observed."""
+    out = []
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": txn_id, "linger.ms": 5})
+    try:
+        p.commit_transaction(10)
+    except ck.KafkaException as e:
+        out.append(("commit before init", e.args[0].name(), e.args[0].fatal()))
+    p.init_transactions(30)
+    for n, commit in ((0, True), (1, False), (2, True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, b"t%d-%d" % (n, i), partition=i % 2)
+        p.commit_transaction(30) if commit else p.abort_transaction(30)
+    try:
+        p.begin_transaction()
+        p.begin_transaction()
+    except ck.KafkaException as e:
+        out.append(("begin twice", e.args[0].name(), e.args[0].fatal(), e.args[0].txn_requires_abort()))
+    p.abort_transaction(30)
+    fencer = ck.Producer({"bootstrap.servers": bs, "transactional.id": txn_id})
+    fencer.init_transactions(30)
+    try:
+        p.begin_transaction()
+        p.produce(topic, b"zombie", partition=0)
+        p.commit_transaction(30)
+        out.append("zombie committed")
+    except ck.KafkaException as e:
+        out.append(("fenced", e.args[0].name(), e.args[0].fatal()))
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"{txn_id}-r", "isolation.level": "read_committed",
+                     "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING), ck.TopicPartition(topic, 1, ck.OFFSET_BEGINNING)])
+    eof, values = set(), []
+    deadline = time.monotonic() + 30
+    while len(eof) < 2 and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            eof.add(m.partition())
+            continue
+        values.append((m.partition(), m.value()))
+    c.close()
+    out.append(sorted(values))
+    return out
+
+
+def test_transactional_program_same_output_as_confluent_kafka(kafka):
+    bs = kafka.bootstrap
+    topic_k, topic_c = _topic(bs, 2), _topic(bs, 2)
+    ours = _program(kc, bs, topic_k, f"{topic_k}-prog")
+    theirs = _program(confluent_kafka, bs, topic_c, f"{topic_c}-prog")
+    assert ours == theirs
+    assert ours[-1] == sorted([(i % 2, b"t%d-%d" % (n, i)) for n in (0, 2) for i in range(3)])
