@@ -171,6 +171,11 @@ class TransactionStateError(KwireError, RuntimeError):
     twice, commit without init_transactions(), ... (librdkafka's ``_STATE``)."""
 
 
+class NotTransactionalError(TransactionStateError):
+    """A transactional call on a producer without transactional.id (librdkafka's
+    ``_NOT_CONFIGURED``)."""
+
+
 class MaxPollIntervalExceededError(KwireError):
     """The application did not call poll()/consume() within max.poll.interval.ms: the member
     left the group and its partitions were lost (on_lost ran first).  Raised once from the next

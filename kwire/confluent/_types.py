@@ -132,6 +132,7 @@ _LOCAL = tuple((cls, code) for cls, code in (
     # a commit refused while the group rebalances: librdkafka reports the broker's code
     (_kerr.RebalanceInProgressError, KafkaError.REBALANCE_IN_PROGRESS),
     (_kerr.ConcurrentUseError, KafkaError._STATE),
+    (_kerr.NotTransactionalError, KafkaError._NOT_CONFIGURED),
     (_kerr.TransactionStateError, KafkaError._STATE),
     (_kerr.ConsumerClosedError, KafkaError._DESTROY),
     (_kerr.DecompressionLimitError, KafkaError._BAD_MSG),

@@ -22,6 +22,7 @@ from ..errors import (
     BrokerError,
     KafkaTimeoutError,
     KwireError,
+    NotTransactionalError,
     ProducerFatalError,
     TransactionAbortRequiredError,
     TransactionStateError,
@@ -50,7 +51,7 @@ class TransactionsMixin:
 
     def _txn(self) -> tuple[TransactionManager, TxnCoordinatorClient]:
         if self._tm is None or not self._tm.transactional or self._txc is None:
-            raise TransactionStateError("the producer is not transactional: set transactional.id")
+            raise NotTransactionalError("the producer is not transactional: set transactional.id")
         if self._tm.state is TxnState.FATAL_ERROR:
             raise self._tm.set_fatal(KwireError())
         return self._tm, self._txc
