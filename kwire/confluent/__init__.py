@@ -25,7 +25,7 @@ from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSE
                      TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
                      KafkaError, KafkaException, Message, TopicPartition)
 from ._admin_types import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
-                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo)
+                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo, Uuid)
 from ._serializing import DeserializingConsumer, SerializingProducer
 from .consumer import Consumer
 from .producer import Producer
@@ -35,7 +35,7 @@ __all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
            "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a",
            "Node", "ConsumerGroupTopicPartitions", "ConsumerGroupState", "ConsumerGroupType",
-           "IsolationLevel", "TopicCollection", "TopicPartitionInfo"]
+           "IsolationLevel", "TopicCollection", "TopicPartitionInfo", "Uuid"]
 
 
 __version__ = _kwire_version
