@@ -78,6 +78,7 @@ class Producer:
         self._closed = False
         self._all_down = False
         self._auth_reported = None
+        self._fatal_reported = False
         self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
         if self._error_cb is not None:
             # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
@@ -153,6 +154,14 @@ class Producer:
         if auth is not None and auth is not self._auth_reported:
             self._auth_reported = auth
             self._on_error(auth)
+        fatal = self._p.fatal_error
+        if fatal is not None and not self._fatal_reported:
+            # As librdkafka: an idempotent producer's fatal error reaches error_cb once, as
+            # _FATAL; a transactional producer's is raised by its calls only (confluent-kafka
+            # 2.16 calls no error_cb when fenced: compared in tests/test_kafka_txn_producer.py).
+            self._fatal_reported = True
+            if not self._p.config.transactional_id:
+                self._on_error(KafkaError(KafkaError._FATAL, str(fatal), fatal=True))
 
     def _on_error(self, err) -> None:
         err = to_kafka_error(err)

@@ -423,6 +423,15 @@ class Producer(TransactionsMixin):
     def network(self) -> NetworkClient:
         return self._net
 
+    @property
+    def fatal_error(self) -> KwireError | None:
+        """The :class:`~kwire.errors.ProducerFatalError` once the idempotent / transactional
+        producer cannot go on (fenced, sequence state lost), else None."""
+        tm = self._tm
+        if tm is None or tm.state is not TxnState.FATAL_ERROR:
+            return None
+        return tm.set_fatal(KwireError())
+
     # --- partitioning and batching ---------------------------------------------------------
     def _choose_partition(self, topic: str, key: bytes | None, n: int) -> int:
         p = partition_for(self._partitioner, key, n)
