@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -682,7 +682,7 @@ class Admin:
             for b in resp["brokers"]))
 
     # --- plumbing ----------------------------------------------------------------------------------
-    def _call(self, node: int | None, api: str, body: dict, timeout_ms: int, *,
+    def _call(self, node: int | None, api: str, body: dict | Callable[[int], dict], timeout_ms: int, *,
               max_version: int | None = None) -> dict:
         f = self._net.send(node, api, body, timeout_ms=timeout_ms, max_version=max_version)
         return self._net.wait(f).result()

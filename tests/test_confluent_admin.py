@@ -293,7 +293,8 @@ def _described(ck, bootstrap, topics, **kw):
         if kind == "error":
             out[name] = d
             continue
-        node = (lambda n: None if n is None else (n.id, n.host, n.port, n.rack))
+        def node(n):
+            return None if n is None else (n.id, n.host, n.port, n.rack)
         out[name] = (d.name, str(d.topic_id), d.topic_id.get_most_significant_bits(),
                      d.topic_id.get_least_significant_bits(), d.is_internal,
                      [(p.id, node(p.leader), [node(r) for r in p.replicas], [node(r) for r in p.isr])

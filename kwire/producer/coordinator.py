@@ -22,6 +22,7 @@ from ..errors import (
     for_code,
 )
 from ..net import NetworkClient, now_ms
+from ..net.connection import InFlight
 from .transactions import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_MOVED_CODES,
@@ -65,11 +66,12 @@ class TxnCoordinatorClient:
             c = resp["coordinators"][0] if resp.get("coordinators") else resp
             if c["error_code"]:
                 raise self._classify(c["error_code"], c.get("error_message"))
-            node = int(c["node_id"])
+            node: int = int(c["node_id"])
             if self._net.metadata.broker(node) is None:
                 self._net.refresh_metadata([], self._left(deadline_ms))
             return node
-        return self._retrying(once, deadline_ms, refind=None)
+        found: int = self._retrying(once, deadline_ms, refind=None)
+        return found
 
     def _coordinator(self, deadline_ms: int) -> int:
         if self._node is None:
@@ -104,7 +106,7 @@ class TxnCoordinatorClient:
         self._retrying(once, deadline_ms, refind="txn")
         tm.offsets_added = True
 
-    def txn_offset_commit(self, group: Any, offsets: dict[str, list[dict]], deadline_ms: int) -> None:
+    def txn_offset_commit(self, group: Any, offsets: dict[str, list[dict[str, Any]]], deadline_ms: int) -> None:
         """TxnOffsetCommit to the group's coordinator; ``group`` has group_id, generation_id,
         member_id, group_instance_id (a consumer's group metadata)."""
         tm = self._tm
@@ -154,10 +156,11 @@ class TxnCoordinatorClient:
         self._pid_inflight = True
         f = self._net.send(None, "InitProducerId", self._init_body)
 
-        def done(f) -> None:
+        def done(f: InFlight) -> None:
             self._pid_inflight = False
             if f.error is not None:
                 return  # retried from the driver's next round
+            assert f.response is not None
             code = f.response["error_code"]
             if code in FATAL_CODES:
                 self._tm.set_fatal(for_code(code))
@@ -186,13 +189,14 @@ class TxnCoordinatorClient:
         f = self._net.send(self._node, "AddPartitionsToTxn", body, max_version=3)
         f.add_callback(lambda f: self._on_added(f, asked))
 
-    def _on_added(self, f, asked: set) -> None:
+    def _on_added(self, f: InFlight, asked: set[tuple[str, int]]) -> None:
         self._adding = False
         tm = self._tm
         if f.error is not None:
             self._add_failed(f.error)
             return
         errors: list[BrokerError] = []
+        assert f.response is not None
         for t in f.response.get("results_by_topic_v3_and_below", ()):
             for p in t["results_by_partition"]:
                 tp = (t["name"], p["partition_index"])
@@ -221,7 +225,7 @@ class TxnCoordinatorClient:
         self._tm.set_abortable(err)
 
     # --- helpers --------------------------------------------------------------------------------
-    def _init_body(self, version: int) -> dict:
+    def _init_body(self, version: int) -> dict[str, Any]:
         tm = self._tm
         return {"transactional_id": tm.transactional_id,
                 "transaction_timeout_ms": tm.transaction_timeout_ms,

@@ -47,7 +47,6 @@ from typing import Any
 from ..config import Config, parse_config
 from ..errors import (
     BrokerError,
-    ConfigError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KwireError,

@@ -218,6 +218,11 @@ class TransactionManager:
         self.transition(_S.IN_TRANSACTION)
 
     @property
+    def failed(self) -> bool:
+        """In an abortable or fatal error state."""
+        return self.state in (_S.ABORTABLE_ERROR, _S.FATAL_ERROR)
+
+    @property
     def started(self) -> bool:
         """Whether the coordinator knows the transaction (something was added to it)."""
         return bool(self.partitions) or self.offsets_added

@@ -126,7 +126,7 @@ class TransactionsMixin:
         deadline = self._deadline(timeout, tm)
         if tm.state is TxnState.IN_TRANSACTION:
             left = self.flush(max(0, deadline - now_ms()) / 1000)
-            if tm.state is TxnState.ABORTABLE_ERROR or tm.state is TxnState.FATAL_ERROR:
+            if tm.failed:  # a record of the transaction failed while flushing
                 raise tm.error if tm.error is not None else tm.set_abortable(KwireError())
             if left:
                 raise KafkaTimeoutError(f"commit_transaction(): {left} records not yet delivered")
@@ -182,15 +182,20 @@ def _group(meta: Any) -> _Group:
                   getattr(meta, "group_instance_id", None))
 
 
-def _offsets_by_topic(offsets: Any) -> dict[str, list[dict]]:
-    items: Iterable[tuple[str, int, int, str | None, int]]
+def _offset(value: Any) -> int:
+    """An offset, or an OffsetAndMetadata's."""
+    return int(value if isinstance(value, int) else value.offset)
+
+
+def _offsets_by_topic(offsets: Any) -> dict[str, list[dict[str, Any]]]:
+    items: Iterable[tuple[str, int, int, str | None, int | None]]
     if isinstance(offsets, Mapping):
-        items = [(t, p, int(getattr(o, "offset", o)), getattr(o, "metadata", None),
-                  getattr(o, "leader_epoch", None)) for (t, p), o in offsets.items()]
+        items = [(t, p, _offset(o), getattr(o, "metadata", None), getattr(o, "leader_epoch", None))
+                 for (t, p), o in offsets.items()]
     else:
-        items = [(tp.topic, tp.partition, tp.offset, getattr(tp, "metadata", None),
+        items = [(tp.topic, tp.partition, int(tp.offset), getattr(tp, "metadata", None),
                   getattr(tp, "leader_epoch", None)) for tp in offsets]
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for t, p, off, meta, epoch in items:
         if off < 0:
             raise ValueError(f"offset {off} for {t}[{p}] is not an offset to commit")
