@@ -168,6 +168,12 @@ class TxnCoordinatorClient:
                 self._tm.set_identity(f.response["producer_id"], f.response["producer_epoch"])
         f.add_callback(done)
 
+    def next_wake_ms(self, now: int) -> int:
+        """When the driver must run again for a retried AddPartitionsToTxn."""
+        if self._tm.pending and not self._adding:
+            return max(now, self._next_add_ms)
+        return now + 1000
+
     def maybe_add_partitions(self, now: int) -> None:
         """Send AddPartitionsToTxn for the partitions waiting for it (one request at a time)."""
         tm = self._tm

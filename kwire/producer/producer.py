@@ -486,7 +486,13 @@ class Producer(TransactionsMixin):
 
     def _next_wake_ms(self, now: int, flushing: bool) -> int:
         t = now + 1000 if self._stats is None else min(now + 1000, self._stats.next_ms)
+        tm = self._tm
+        if tm is not None:
+            assert self._txc is not None
+            t = min(t, self._txc.next_wake_ms(now))
         for tp, q in self._batches.items():
+            if tm is not None and tm.blocked(tp):
+                continue  # waits for a producer id or AddPartitionsToTxn: their answers wake us
             if q and tp not in self._busy:
                 b = q[0]
                 if b.attempts and 0 <= b.stale_metadata_ms >= self._md.updated_ms:

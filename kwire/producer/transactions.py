@@ -146,6 +146,12 @@ class TransactionManager:
             self.pending.add(tp)
         return False
 
+    def blocked(self, tp: tuple[str, int]) -> bool:
+        """Whether ``tp``'s batches wait for a producer id or AddPartitionsToTxn (no change)."""
+        if not self.has_identity or self.state is _S.FATAL_ERROR:
+            return True
+        return self.transactional and tp not in self.partitions
+
     def check_produce(self) -> None:
         """Raise when produce() is not allowed now."""
         if self.state is _S.FATAL_ERROR:
