@@ -12,11 +12,12 @@ What differs from confluent-kafka, and why:
 * The Producer's default partitioner is librdkafka's consistent_random (kwire's own Producer
   defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
-  them with the reason); transactions are refused.  ``group.protocol=consumer`` is KIP-848.
+  them with the reason).  ``group.protocol=consumer`` is KIP-848.
 * ``stats_cb`` gets librdkafka's statistics JSON with the commonly graphed fields (see ``kwire.stats``).
-* Not provided: the schema registry and its serializers, transactions,
-  ``consumer_group_metadata()``, ``ShareConsumer``, and the admin operations kwire's Admin
-  lacks (ACLs, describe_topics, ...: they raise ``_NOT_IMPLEMENTED``).
+* Transactions (``init_transactions`` ... ``send_offsets_to_transaction``,
+  ``consumer_group_metadata()``) map kwire's typed errors to librdkafka's codes and flags.
+* Not provided: the schema registry and its serializers, ``ShareConsumer``, and the admin
+  operations kwire's Admin lacks (ACLs, ...: they raise ``_NOT_IMPLEMENTED``).
 """
 from __future__ import annotations
 

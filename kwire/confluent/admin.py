@@ -12,7 +12,7 @@ order and the caller never blocks.
 
 ``alter_configs`` (deprecated, non-incremental) too.
 
-Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs, ``describe_topics``,
+Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs,
 ``elect_leaders``, SCRAM credentials, ``replica_assignment`` in create_topics/create_partitions.
 """
 from __future__ import annotations
