@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..errors import ConfigError, KafkaTimeoutError, KwireError
+from ..errors import ConfigError, KafkaTimeoutError, KwireError, TransactionAbortRequiredError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
@@ -111,6 +111,10 @@ class Producer:
             self._p.produce(topic, value, key, partition, cb, timestamp or None, headers)
         except BufferError:
             raise BufferError(KafkaError(KafkaError._QUEUE_FULL)) from None
+        except TransactionAbortRequiredError as exc:
+            # librdkafka refuses a message for a failed transaction with _STATE (the flags
+            # come with commit_transaction's error)
+            raise KafkaException(KafkaError(KafkaError._STATE, str(exc))) from None
         except KwireError as exc:
             raise KafkaException(to_kafka_error(exc)) from None
 

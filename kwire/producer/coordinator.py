@@ -56,6 +56,7 @@ class TxnCoordinatorClient:
         self._adding = False
         self._next_add_ms = 0
         self._pid_inflight = False
+        self._next_pid_ms = 0
 
     # --- lookups -----------------------------------------------------------------------------
     def _find(self, key: str, key_type: int, deadline_ms: int) -> int:
@@ -151,7 +152,7 @@ class TxnCoordinatorClient:
     def start_init_pid(self) -> None:
         """Idempotent (not transactional) producer: InitProducerId to any broker, answered in
         the driver's poll.  Errors are retried; fatal ones make the producer fatal."""
-        if self._pid_inflight:
+        if self._pid_inflight or now_ms() < self._next_pid_ms:
             return
         self._pid_inflight = True
         f = self._net.send(None, "InitProducerId", self._init_body)
@@ -159,20 +160,27 @@ class TxnCoordinatorClient:
         def done(f: InFlight) -> None:
             self._pid_inflight = False
             if f.error is not None:
-                return  # retried from the driver's next round
+                self._next_pid_ms = now_ms() + self._backoff_ms  # asked again after the backoff
+                return
             assert f.response is not None
             code = f.response["error_code"]
             if code in FATAL_CODES:
                 self._tm.set_fatal(for_code(code))
             elif not code:
                 self._tm.set_identity(f.response["producer_id"], f.response["producer_epoch"])
+            else:
+                self._next_pid_ms = now_ms() + self._backoff_ms
         f.add_callback(done)
 
-    def next_wake_ms(self, now: int) -> int:
-        """When the driver must run again for a retried AddPartitionsToTxn."""
+    def next_wake_ms(self, now: int, need_pid: bool) -> int:
+        """When the driver must run again: to retry AddPartitionsToTxn, or (``need_pid``:
+        records wait for a producer id) InitProducerId."""
+        t = now + 1000
         if self._tm.pending and not self._adding:
-            return max(now, self._next_add_ms)
-        return now + 1000
+            t = min(t, max(now, self._next_add_ms))
+        if need_pid and not self._pid_inflight:
+            t = min(t, max(now, self._next_pid_ms))
+        return t
 
     def maybe_add_partitions(self, now: int) -> None:
         """Send AddPartitionsToTxn for the partitions waiting for it (one request at a time)."""

@@ -471,8 +471,11 @@ class Producer(TransactionsMixin):
     # --- the driver -------------------------------------------------------------------------
     def _drive(self, wait_ms: int, *, flushing: bool, serve: bool) -> None:
         now = now_ms()
-        if self._tm is not None and self._tm.state is TxnState.FATAL_ERROR:
-            self._fail_waiting(self._tm.set_fatal(KwireError()), now)
+        tm = self._tm
+        if tm is not None and tm.state is TxnState.FATAL_ERROR:
+            self._fail_waiting(tm.set_fatal(KwireError()), now)
+        elif tm is not None and tm.state is TxnState.ABORTABLE_ERROR and tm.pending:
+            self._fail_unadded(tm, now)
         self._place_parked(now)
         self._expire(now)
         self._send_ready(now, flushing)
@@ -489,7 +492,8 @@ class Producer(TransactionsMixin):
         tm = self._tm
         if tm is not None:
             assert self._txc is not None
-            t = min(t, self._txc.next_wake_ms(now))
+            need_pid = not tm.transactional and not tm.has_identity and self._batches_waiting()
+            t = min(t, self._txc.next_wake_ms(now, need_pid))
         for tp, q in self._batches.items():
             if tm is not None and tm.blocked(tp):
                 continue  # waits for a producer id or AddPartitionsToTxn: their answers wake us
@@ -555,6 +559,17 @@ class Producer(TransactionsMixin):
                     self._sequence_gap()
                 for msg in b.msgs:
                     self._report(msg, err, now)
+
+    def _fail_unadded(self, tm: TransactionManager, now: int) -> None:
+        """The transaction failed: batches still waiting for AddPartitionsToTxn fail with its
+        error (else commit_transaction's flush would wait for them in vain)."""
+        err = tm.error if tm.error is not None else KwireError("transaction failed")
+        for tp in list(tm.pending):
+            q = self._batches.get(tp)
+            while q:
+                for msg in q.popleft().msgs:
+                    self._report(msg, err, now)
+        tm.pending.clear()
 
     def _fail_waiting(self, error: KwireError, now: int) -> None:
         for q in list(self._parked.values()):
