@@ -237,6 +237,11 @@ PROPERTIES: tuple[Prop, ...] = (
        "init_transactions(), begin/commit/abort_transaction(), send_offsets_to_transaction().  "
        "A newer producer with the same id fences this one.  Implies enable.idempotence.",
        role=PRODUCER),
+    _p("enable.gapless.guarantee", "bool", False, "librdkafka's (experimental) fatal error when an "
+       "idempotent producer's failed batch would leave a gap.  kwire renews the producer id "
+       "instead, as librdkafka does without it; true is refused.", role=PRODUCER,
+       unsupported={True: "kwire renews the producer id after a failed batch (a gap), as librdkafka "
+                          "does by default; it does not offer the fatal variant"}),
     _p("transaction.timeout.ms", "int", 60000, "How long the coordinator lets a transaction "
        "stay open before aborting it (at most the broker's transaction.max.timeout.ms).",
        role=PRODUCER, min=1000, max=INT32_MAX),
