@@ -379,11 +379,16 @@ class Producer(TransactionsMixin):
             self._parked.clear()
             for q in self._batches.values():
                 while q:
-                    for msg in q.popleft().msgs:
+                    b = q.popleft()
+                    if self._tm is not None and b.payload is not None:
+                        self._sequence_gap()  # a retry dropped: its sequence may be missing
+                    for msg in b.msgs:
                         self._report(msg, err, now)
             self._sticky.clear()
         if in_flight and self._flying:
             err = PurgedError("purged while in flight (purge())", in_flight=True)
+            if self._tm is not None:
+                self._sequence_gap()  # the broker may or may not write them
             for b in self._flying.values():
                 b.purged = True
                 for msg in b.msgs:
