@@ -491,3 +491,62 @@ def test_refused_record_makes_the_transaction_abortable(kafka):
     finally:
         p.close(10)
     assert [v for _, v in _read_kwire(bs, topic, "read_committed", 1)] == [b"ok"]
+
+
+# --- the coordinator's retriable answers (librdkafka's mock cluster, errors injected) -----------
+
+INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
+CONCURRENT_TRANSACTIONS = 51
+
+
+def test_coordinator_retriable_errors_and_a_moved_coordinator(unique_topic):
+    """Each transactional request answered with CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR is asked again
+    (after FindCoordinator when the coordinator moved), and the transaction commits; the
+    trace shows the retries and that EndTxn went to the new coordinator."""
+    from .mock_control import ControlledMockCluster
+
+    with ControlledMockCluster(3) as mc:
+        txn_id = f"{unique_topic}-txn"
+        group = f"{unique_topic}-g"
+        events: list = []
+        mc.set_transaction_coordinator(txn_id, 1)
+        mc.push_request_errors(INIT_PRODUCER_ID, COORDINATOR_LOAD_IN_PROGRESS, 1)
+        mc.push_request_errors(INIT_PRODUCER_ID, CONCURRENT_TRANSACTIONS, 2)
+        p = Producer({"bootstrap.servers": mc.bootstrap, "transactional.id": txn_id, "linger.ms": 0,
+                      "retry.backoff.ms": 50}, tracer=events.append)
+        try:
+            p.init_transactions(30)
+            p.begin_transaction()
+            mc.push_request_errors(ADD_PARTITIONS, CONCURRENT_TRANSACTIONS, 2)
+            delivered = []
+            for i in range(4):
+                p.produce(unique_topic, b"v%d" % i, partition=i % 2,
+                          on_delivery=lambda err, m: delivered.append((err, m.value())))
+            assert p.flush(30) == 0
+            assert sorted(v for e, v in delivered if e is None) == [b"v0", b"v1", b"v2", b"v3"]
+            mc.push_request_errors(ADD_OFFSETS, COORDINATOR_NOT_AVAILABLE, 1)
+            mc.push_request_errors(TXN_OFFSET_COMMIT, NOT_COORDINATOR, 1)
+            p.send_offsets_to_transaction({(unique_topic, 0): 5}, group, 30)
+            mc.set_transaction_coordinator(txn_id, 2)  # moves; the old one says NOT_COORDINATOR
+            mc.push_request_errors(END_TXN, NOT_COORDINATOR, 1)
+            p.commit_transaction(30)
+        finally:
+            p.close(5)
+
+    def answers(api):
+        return [e["body"].get("error_code") for e in events if e["api"] == api and e["direction"] == "recv"]
+
+    assert answers("InitProducerId") == [COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS,
+                                         CONCURRENT_TRANSACTIONS, 0]
+    assert answers("AddOffsetsToTxn") == [COORDINATOR_NOT_AVAILABLE, 0]
+    assert answers("EndTxn") == [NOT_COORDINATOR, 0]
+    end_nodes = [e["node_id"] for e in events if e["api"] == "EndTxn" and e["direction"] == "send"]
+    assert end_nodes[-1] == 2 and end_nodes[0] != 2
+    adds = [e["body"] for e in events if e["api"] == "AddPartitionsToTxn" and e["direction"] == "recv"]
+    codes = [p["partition_error_code"] for b in adds for t in b["results_by_topic_v3_and_below"]
+             for p in t["results_by_partition"]]
+    assert codes.count(CONCURRENT_TRANSACTIONS) >= 2 and codes[-1] == 0
+    commits = [e["body"] for e in events if e["api"] == "TxnOffsetCommit" and e["direction"] == "recv"]
+    assert [p["error_code"] for b in commits for t in b["topics"] for p in t["partitions"]] == [NOT_COORDINATOR, 0]
