@@ -146,9 +146,8 @@ class PurgedError(KwireError):
 
 class ProducerFatalError(KwireError):
     """The idempotent / transactional producer cannot go on: it was fenced by a newer producer
-    with the same transactional.id (``cause`` PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), the
-    broker lost its sequence state (OUT_OF_ORDER_SEQUENCE_NUMBER outside a transaction), or it
-    is not authorized.  Every later call raises it again; close the producer and make a new
+    with the same transactional.id (``cause`` PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), or it
+    is not authorized (TRANSACTIONAL_ID / CLUSTER_AUTHORIZATION_FAILED).  Every later call raises it again; close the producer and make a new
     one (librdkafka's fatal errors, confluent-kafka's ``KafkaError.fatal()``)."""
 
     def __init__(self, cause: BaseException, message: str | None = None):

@@ -550,3 +550,47 @@ def test_coordinator_retriable_errors_and_a_moved_coordinator(unique_topic):
     assert codes.count(CONCURRENT_TRANSACTIONS) >= 2 and codes[-1] == 0
     commits = [e["body"] for e in events if e["api"] == "TxnOffsetCommit" and e["direction"] == "recv"]
     assert [p["error_code"] for b in commits for t in b["topics"] for p in t["partitions"]] == [NOT_COORDINATOR, 0]
+
+
+PRODUCE, UNKNOWN_PRODUCER_ID, OUT_OF_ORDER_SEQUENCE_NUMBER = 0, 59, 45
+
+
+def test_idempotent_unknown_producer_id_and_out_of_order(unique_topic):
+    """librdkafka's mock cluster answers one Produce with UNKNOWN_PRODUCER_ID: the producer
+    takes a new id and sends the batch again (delivered); then one with
+    OUT_OF_ORDER_SEQUENCE_NUMBER: that batch fails with the error, the producer takes a new id,
+    and the records after it are delivered (Java's KIP-360 epoch bump, librdkafka's drain)."""
+    from kwire.errors import OutOfOrderSequenceNumberError
+
+    from .mock_control import ControlledMockCluster
+
+    with ControlledMockCluster(3) as mc:
+        events: list = []
+        p = Producer({"bootstrap.servers": mc.bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                      "retry.backoff.ms": 20}, tracer=events.append)
+        reports: list = []
+
+        def report(err, msg):
+            reports.append((msg.value(), None if err is None else type(err)))
+
+        try:
+            p.produce(unique_topic, b"warm", partition=0, on_delivery=report)
+            assert p.flush(20) == 0
+            mc.push_request_errors(PRODUCE, UNKNOWN_PRODUCER_ID, 1)
+            p.produce(unique_topic, b"after-unknown-id", partition=0, on_delivery=report)
+            assert p.flush(20) == 0
+            mc.push_request_errors(PRODUCE, OUT_OF_ORDER_SEQUENCE_NUMBER, 1)
+            p.produce(unique_topic, b"out-of-order", partition=0, on_delivery=report)
+            assert p.flush(20) == 0
+            p.produce(unique_topic, b"last", partition=0, on_delivery=report)
+            assert p.flush(20) == 0
+            assert p.fatal_error is None
+        finally:
+            p.close(5)
+    assert reports == [(b"warm", None), (b"after-unknown-id", None),
+                       (b"out-of-order", OutOfOrderSequenceNumberError), (b"last", None)]
+    pids = [e["body"]["producer_id"] for e in events if e["api"] == "InitProducerId" and e["direction"] == "recv"]
+    assert len(pids) == 3 and len(set(pids)) == 3  # the first, after UNKNOWN_PRODUCER_ID, after OUT_OF_ORDER
+    # every batch carried the producer id of its time, sequences from 0 for each new id
+    produced = [e for e in events if e["api"] == "Produce" and e["direction"] == "send"]
+    assert len(produced) == 5  # warm, the refused one and its retry, out-of-order, last

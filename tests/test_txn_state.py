@@ -46,7 +46,7 @@ def test_sequences_per_partition_restart_with_a_new_identity_and_wrap():
 
 @pytest.mark.parametrize("code, transactional, action", [
     (46, False, ProduceAction.SUCCESS), (46, True, ProduceAction.SUCCESS),      # DUPLICATE_SEQUENCE_NUMBER
-    (45, False, ProduceAction.FATAL), (45, True, ProduceAction.ABORTABLE),      # OUT_OF_ORDER_SEQUENCE_NUMBER
+    (45, False, ProduceAction.FAIL), (45, True, ProduceAction.ABORTABLE),       # OUT_OF_ORDER_SEQUENCE_NUMBER
     (59, False, ProduceAction.RESET_RETRY), (59, True, ProduceAction.ABORTABLE),  # UNKNOWN_PRODUCER_ID
     (47, False, ProduceAction.FATAL), (47, True, ProduceAction.FATAL),          # INVALID_PRODUCER_EPOCH
     (90, True, ProduceAction.FATAL),                                            # PRODUCER_FENCED

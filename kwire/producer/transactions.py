@@ -173,14 +173,14 @@ class TransactionManager:
         if code in FATAL_CODES:
             return ProduceAction.FATAL
         if code in (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
-            # Transactional: the transaction is lost, the abort resets the sequences (KIP-360).
+            # Transactional: the transaction is lost, the abort takes a new epoch (KIP-360).
             # Idempotent: UNKNOWN_PRODUCER_ID means the broker dropped our state (retention
             # removed the producer's last records): a new producer id, and the batch is sent
-            # again.  OUT_OF_ORDER with one batch in flight means the broker lost records we
-            # had acknowledged: librdkafka's and Java's older rule, fatal.
+            # again.  OUT_OF_ORDER: the batch fails and the producer takes a new id, as Java
+            # (KIP-360) and librdkafka (without enable.gapless.guarantee) bump the epoch.
             if self.transactional:
                 return ProduceAction.ABORTABLE
-            return ProduceAction.RESET_RETRY if code == UNKNOWN_PRODUCER_ID else ProduceAction.FATAL
+            return ProduceAction.RESET_RETRY if code == UNKNOWN_PRODUCER_ID else ProduceAction.FAIL
         if code == TRANSACTION_ABORTABLE or code == INVALID_TXN_STATE:
             return ProduceAction.ABORTABLE if self.transactional else ProduceAction.FAIL
         if retriable:
