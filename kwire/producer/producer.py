@@ -32,7 +32,8 @@ batch twice; with ``enable.idempotence`` (off by default, as in librdkafka) ever
 the producer id, epoch and a per-partition sequence number, so the broker drops the duplicate
 (see :mod:`kwire.producer.transactions`).  ``transactional.id`` adds transactions:
 ``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
-``commit_transaction``, ``abort_transaction`` (confluent-kafka's API; timeouts in seconds).  With ``acks=0`` no response comes back and offsets are
+``commit_transaction``, ``abort_transaction`` (confluent-kafka's API; timeouts in seconds;
+:mod:`kwire.producer.txn_api`).  With ``acks=0`` no response comes back and offsets are
 reported as -1001 (OFFSET_INVALID), as librdkafka does.
 """
 from __future__ import annotations
@@ -46,35 +47,32 @@ from typing import Any
 
 from ..config import Config, parse_config
 from ..errors import (
-    BrokerError,
-    KafkaConnectionError,
     KafkaTimeoutError,
     KwireError,
-    ProtocolError,
     PurgedError,
     for_code,
 )
 from ..net import NetworkClient, now_ms
-from ..protocol.schema import ZERO_UUID
 from ..stats import ProducerStats
+from .batch import (
+    BATCH_OVERHEAD_BYTES,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Batch,
+    DeliveryReport,
+)
 from .coordinator import TxnCoordinatorClient
-from .transactions import ProduceAction, TransactionManager, TxnState
+from .sender import SenderMixin
+from .transactions import TransactionManager, TxnState
 from .txn_api import TransactionsMixin
 
 __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
 
-# confluent-kafka's timestamp types
-TIMESTAMP_NOT_AVAILABLE = 0
-TIMESTAMP_CREATE_TIME = 1
-TIMESTAMP_LOG_APPEND_TIME = 2
-
 _ACKS = {"0": 0, "1": 1, "all": -1}
 _RECORD_OVERHEAD_BYTES = 21  # worst-case varints and attributes of one v2 record
-_BATCH_OVERHEAD_BYTES = 61
 _TOPIC_PROPAGATION_MAX_MS = 30_000  # how long an unknown topic may take to appear
-_UNKNOWN_TOPIC = 3
-_UNKNOWN_PARTITION_MSG = "partition does not exist"
 
 
 # --- hashing -----------------------------------------------------------------------------
@@ -133,94 +131,6 @@ def partition_for(partitioner: str, key: bytes | None, num_partitions: int) -> i
     raise ValueError(f"unknown partitioner {partitioner!r}")
 
 
-# --- messages and batches ------------------------------------------------------------------
-
-class DeliveryReport:
-    """What a delivery callback receives (confluent-kafka's Message methods)."""
-
-    __slots__ = ("_topic", "_partition", "_key", "_value", "_headers", "_timestamp_ms",
-                 "_timestamp_type", "_create_ms", "_offset", "_error", "_on_delivery", "_created_ms",
-                 "_delivered_ms", "_size")
-
-    def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, created_ms, size):
-        self._topic = topic
-        self._partition = partition
-        self._key = key
-        self._value = value
-        self._headers = headers
-        self._timestamp_ms = timestamp_ms
-        self._create_ms = timestamp_ms  # what the record carries, whatever the broker reports
-        self._timestamp_type = TIMESTAMP_CREATE_TIME
-        self._offset = -1001  # OFFSET_INVALID until acknowledged
-        self._error: KwireError | None = None
-        self._on_delivery = on_delivery
-        self._created_ms = created_ms
-        self._delivered_ms: int | None = None
-        self._size = size
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return -1 if self._partition is None else self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers or None
-
-    def timestamp(self) -> tuple[int, int]:
-        """``(TIMESTAMP_CREATE_TIME, ms)``, or ``(TIMESTAMP_LOG_APPEND_TIME, ms)`` when the broker
-        reported a log-append time in its Produce response."""
-        return (self._timestamp_type, self._timestamp_ms)
-
-    def create_timestamp(self) -> int:
-        """The timestamp written into the record (ms)."""
-        return self._create_ms
-
-    def error(self) -> KwireError | None:
-        return self._error
-
-    def latency(self) -> float | None:
-        """Seconds from produce() to acknowledgement."""
-        if self._delivered_ms is None:
-            return None
-        return (self._delivered_ms - self._created_ms) / 1000.0
-
-    def __len__(self) -> int:
-        return len(self._value or b"")
-
-    def __repr__(self) -> str:
-        return (f"<DeliveryReport {self._topic}[{self.partition()}]@{self._offset}"
-                f"{' error=' + repr(self._error) if self._error else ''}>")
-
-
-class _Batch:
-    __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
-                 "next_attempt_ms", "stale_metadata_ms", "purged", "identity")
-
-    def __init__(self, tp: tuple[str, int], now: int):
-        self.tp = tp
-        self.msgs: list[DeliveryReport] = []
-        self.size_bytes = _BATCH_OVERHEAD_BYTES
-        self.created_ms = now
-        self.closed = False
-        self.payload: bytes | None = None
-        self.attempts = 0
-        self.next_attempt_ms = 0
-        # after NOT_LEADER & co: the metadata's updated_ms then; the retry waits for newer
-        self.stale_metadata_ms = -1
-        self.purged = False  # reported by purge() while in flight: its answer is ignored
-        self.identity: tuple[int, int] | None = None  # idempotence: (producer id, epoch) of payload
-
-
 def _to_bytes(value, what: str) -> bytes | None:
     if value is None:
         return None
@@ -246,7 +156,7 @@ def _headers(headers) -> list[tuple[str, bytes | None]]:
     return out
 
 
-class Producer(TransactionsMixin):
+class Producer(SenderMixin, TransactionsMixin):
     """Produce records to Kafka (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
@@ -271,11 +181,11 @@ class Producer(TransactionsMixin):
         self._max_queued = cfg.queue_buffering_max_messages
         self._partitioner = cfg.partitioner
         self._default_on_delivery = cfg.on_delivery
-        self._batches: dict[tuple[str, int], deque[_Batch]] = {}
+        self._batches: dict[tuple[str, int], deque[Batch]] = {}
         self._parked: dict[str, deque[DeliveryReport]] = {}  # waiting for the topic's metadata
         self._unknown_since: dict[str, int] = {}
         self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
-        self._flying: dict[int, _Batch] = {}  # id -> batch in flight (for purge())
+        self._flying: dict[int, Batch] = {}  # id -> batch in flight (for purge())
         self._sticky: dict[str, int] = {}  # topic -> partition for null keys
         self._reports: deque[DeliveryReport] = deque()
         self._outstanding = 0
@@ -315,7 +225,7 @@ class Producer(TransactionsMixin):
         hdrs = _headers(headers)
         size = (len(k) if k else 0) + (len(v) if v else 0) + sum(
             len(hk) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs) + _RECORD_OVERHEAD_BYTES
-        if size + _BATCH_OVERHEAD_BYTES > self._max_message_bytes:
+        if size + BATCH_OVERHEAD_BYTES > self._max_message_bytes:
             raise for_code(10, f"record of about {size} bytes exceeds message.max.bytes="
                                f"{self._max_message_bytes}")
         if timestamp is None or timestamp == 0:
@@ -462,13 +372,13 @@ class Producer(TransactionsMixin):
             closed = True
             b = None
         if b is None:
-            b = _Batch(tp, now)
+            b = Batch(tp, now)
             q.append(b)
         b.msgs.append(msg)
         b.size_bytes += msg._size
         return closed
 
-    def _close_batch(self, b: _Batch) -> None:
+    def _close_batch(self, b: Batch) -> None:
         b.closed = True
         if self._sticky.get(b.tp[0]) == b.tp[1]:
             del self._sticky[b.tp[0]]  # the next null-key record picks a new partition
@@ -587,208 +497,3 @@ class Producer(TransactionsMixin):
             while q:
                 for msg in q.popleft().msgs:
                     self._report(msg, error, now)
-
-    def _send_ready(self, now: int, flushing: bool) -> None:
-        by_node: dict[int, list[_Batch]] = {}
-        for tp, q in self._batches.items():
-            if not q or tp in self._busy:
-                continue
-            b = q[0]
-            if b.attempts and now < b.next_attempt_ms:
-                continue
-            if b.stale_metadata_ms >= 0:
-                # the leader was wrong: retry only once metadata newer than that answer came
-                # (else the retry goes to the same stale leader, as a race with the refresh)
-                if self._md.updated_ms <= b.stale_metadata_ms:
-                    self._md.request_update()
-                    continue
-                b.stale_metadata_ms = -1
-            if self._tm is not None and not self._tm.may_send(tp):
-                continue  # no producer id yet, or not yet added to the transaction
-            if not (flushing or b.closed or len(q) > 1 or b.attempts or
-                    now - b.created_ms >= self._linger_ms):
-                continue
-            info = self._md.topic(tp[0])
-            if info is not None and info.partitions and tp[1] not in info.partitions \
-                    and self._md.updated_ms > b.created_ms:
-                q.popleft()
-                for msg in b.msgs:
-                    self._report(msg, for_code(_UNKNOWN_TOPIC, f"{tp[0]}[{tp[1]}]: {_UNKNOWN_PARTITION_MSG}"), now)
-                continue
-            leader = self._md.leader_for(*tp)
-            if leader is None:
-                self._md.add_topics([tp[0]])
-                self._md.request_update()
-                continue
-            q.popleft()
-            self._close_batch(b)
-            self._busy.add(tp)
-            by_node.setdefault(leader, []).append(b)
-        for node, batches in by_node.items():
-            self._send_produce(node, batches)
-        tm = self._tm
-        if tm is not None and tm.state is not TxnState.FATAL_ERROR:
-            assert self._txc is not None
-            if not tm.transactional and not tm.has_identity and self._batches_waiting():
-                self._txc.start_init_pid()
-            elif tm.transactional and tm.pending:
-                self._txc.maybe_add_partitions(now)
-
-    def _batches_waiting(self) -> bool:
-        return any(self._batches.values())
-
-    def _send_produce(self, node: int, batches: list[_Batch]) -> None:
-        tm = self._tm
-        for b in batches:
-            if tm is not None and b.identity != (tm.producer_id, tm.epoch):
-                b.payload = None  # a new producer id / epoch: the batch takes a new sequence
-            if b.payload is None:
-                idem: dict[str, Any] = {}
-                if tm is not None:
-                    b.identity = (tm.producer_id, tm.epoch)
-                    idem = {"producer_id": tm.producer_id, "producer_epoch": tm.epoch,
-                            "base_sequence": tm.take_sequence(b.tp, len(b.msgs)),
-                            "is_transactional": tm.transactional}
-                b.payload = self._build_batch(
-                    [(m._key, m._value, m._headers, m._timestamp_ms) for m in b.msgs],
-                    compression=self._compression, **idem)
-        by_topic: dict[str, list[dict]] = {}
-        for b in batches:
-            by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.payload})
-        topic_ids = {t: self._md.topic_id(t) for t in by_topic}
-        acks, timeout_ms = self._acks, self._request_timeout_ms
-        txn_id = None if tm is None else tm.transactional_id
-
-        def body(version: int) -> dict:
-            return {"transactional_id": txn_id, "acks": acks, "timeout_ms": timeout_ms,
-                    "topic_data": [{"name": t, "topic_id": topic_ids[t] or ZERO_UUID, "partition_data": parts}
-                                   for t, parts in by_topic.items()]}
-
-        # Produce v13 names topics by id only: use it only when every id is known.
-        max_version = None if all(topic_ids.values()) else 12
-        if txn_id is not None:
-            # v12+ adds partitions to the transaction implicitly (KIP-890 part 2) and goes with
-            # EndTxn v5's epoch bumps; kwire adds them with AddPartitionsToTxn, as librdkafka
-            max_version = 11
-        if self._stats is not None:
-            self._stats.on_send(batches)
-        for b in batches:
-            self._flying[id(b)] = b
-        f = self._net.send(node, "Produce", body, timeout_ms=timeout_ms, max_version=max_version)
-        names = {tid: t for t, tid in topic_ids.items() if tid}
-        f.add_callback(lambda f: self._on_produce(f, batches, names))
-
-    def _on_produce(self, f, batches: list[_Batch], names_by_id: dict) -> None:
-        now = now_ms()
-        for b in batches:
-            self._busy.discard(b.tp)
-            self._flying.pop(id(b), None)
-        if self._stats is not None:
-            self._stats.on_done(batches)
-        if any(b.purged for b in batches):  # reported by purge() already
-            batches = [b for b in batches if not b.purged]
-        if f.error is not None:
-            if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
-                self._md.request_update()  # the leader may have moved
-            for b in batches:
-                self._retry_or_fail(b, f.error, now)
-            return
-        if f.response is None:  # acks=0: written is all we will ever know
-            for b in batches:
-                if self._stats is not None:
-                    self._stats.on_acked(b)
-                for msg in b.msgs:
-                    self._report(msg, None, now)
-            return
-        results = {}
-        for t in f.response.get("responses", ()):
-            name = t.get("name") or names_by_id.get(t.get("topic_id"))
-            for p in t.get("partition_responses", ()):
-                results[(name, p["index"])] = p
-        for b in batches:
-            pr = results.get(b.tp)
-            if pr is None:
-                self._retry_or_fail(b, ProtocolError(f"Produce response lacks {b.tp[0]}[{b.tp[1]}]"), now)
-                continue
-            code = pr["error_code"]
-            if code:
-                err = for_code(code, pr.get("error_message"))
-                if err.invalid_metadata:
-                    self._md.request_update()
-                    b.stale_metadata_ms = self._md.updated_ms
-                self._retry_or_fail(b, err, now)
-                continue
-            self._acked(b, pr["base_offset"], pr.get("log_append_time_ms", -1), now)
-
-    def _acked(self, b: _Batch, base: int, append_ms: int | None, now: int) -> None:
-        if self._stats is not None:
-            self._stats.on_acked(b)
-        for i, msg in enumerate(b.msgs):
-            msg._offset = base + i if base >= 0 else -1
-            # Like the Java client, trust a log-append time when the broker sends one.
-            # (librdkafka's mock cluster always sends 1234, whatever the topic's
-            # timestamp type; create_timestamp() still has the record's own.)
-            if append_ms is not None and append_ms >= 0:
-                msg._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
-                msg._timestamp_ms = append_ms
-            self._report(msg, None, now)
-
-    def _retry_or_fail(self, b: _Batch, err: KwireError, now: int) -> None:
-        retriable = isinstance(err, (KafkaConnectionError, KafkaTimeoutError)) or \
-            (isinstance(err, BrokerError) and err.retriable)
-        tm = self._tm
-        if tm is not None:
-            action = tm.produce_action(err, retriable)
-            if action is ProduceAction.SUCCESS:  # DUPLICATE_SEQUENCE_NUMBER: written before
-                self._acked(b, -1, None, now)
-                return
-            if action is ProduceAction.RESET_RETRY:
-                tm.pid_reset_needed = True  # a new producer id; the batch gets a new sequence
-                retriable = True
-            elif action is ProduceAction.FATAL:
-                tm.set_fatal(err)
-                retriable = False
-            elif action is ProduceAction.ABORTABLE:
-                retriable = False
-        first = b.msgs[0]._created_ms
-        if retriable and b.attempts < self._retries and now - first < self._delivery_timeout_ms:
-            b.attempts += 1
-            b.next_attempt_ms = now + self._retry_backoff_ms
-            self._batches.setdefault(b.tp, deque()).appendleft(b)
-            return
-        if tm is not None and b.payload is not None:
-            self._sequence_gap()  # the broker may or may not have this batch
-        for msg in b.msgs:
-            self._report(msg, err, now)
-
-    def _sequence_gap(self) -> None:
-        """A batch that was sent failed for good: its sequence numbers may be missing at the
-        broker, so the next batch would be out of order.  Idempotent: a new producer id;
-        transactional: the abort takes a new epoch (InitProducerId again)."""
-        assert self._tm is not None
-        if self._tm.transactional:
-            self._tm.epoch_bump_needed = True
-        else:
-            self._tm.pid_reset_needed = True
-
-    def _report(self, msg: DeliveryReport, err: KwireError | None, now: int) -> None:
-        if err is not None and self._tm is not None and self._tm.transactional:
-            self._tm.set_abortable(err)  # a record of the transaction failed: abort it
-        msg._error = err
-        msg._delivered_ms = now
-        if err is not None:
-            msg._offset = -1001
-        self._reports.append(msg)
-
-    def _serve_reports(self) -> int:
-        if self._stats is not None:
-            self._stats.maybe_emit(self, now_ms())
-        served = 0
-        while self._reports:
-            msg = self._reports.popleft()
-            self._outstanding -= 1
-            served += 1
-            cb = msg._on_delivery
-            if cb is not None:
-                cb(msg._error, msg)
-        return served
