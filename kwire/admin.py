@@ -22,7 +22,8 @@ DeleteRecords to each partition's leader; DescribeCluster to any broker.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from .protocol.schema import ZERO_UUID
 
 __all__ = ["Admin", "NewTopic", "ClusterSnapshot", "ConfigEntry", "ConfigSynonym", "GroupListing",
            "GroupMember", "GroupDescription", "ListedOffset", "ClusterDescription", "BrokerNode",
+           "TopicDescription", "PartitionDescription",
            "RESOURCE_TOPIC", "RESOURCE_BROKER", "RESOURCE_BROKER_LOGGER", "RESOURCE_GROUP",
            "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
@@ -112,6 +114,31 @@ class ListedOffset:
     offset: int
     timestamp: int
     leader_epoch: int | None
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """One partition of a described topic: its leader (None when it has none), replicas and
+    in-sync replicas, as brokers (a replica the metadata does not list has host "" and port -1)."""
+
+    partition: int
+    leader: BrokerNode | None
+    replicas: tuple[BrokerNode, ...]
+    isr: tuple[BrokerNode, ...]
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic as describe_topics() reports it.  ``authorized_operations``: the ACL operation
+    codes the client may perform on it (3 READ, 4 WRITE, ...: Kafka's AclOperation), or None
+    when not asked for."""
+
+    name: str
+    topic_id: uuid.UUID
+    is_internal: bool
+    partitions: tuple[PartitionDescription, ...]
+    authorized_operations: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -598,6 +625,49 @@ class Admin:
                         p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
         return _results({k: out.get(k) for k in specs}, raise_on_error)
 
+    def describe_topics(self, topics: Iterable[str], timeout: float | None = 30.0, *,
+                        include_authorized_operations: bool = False, raise_on_error: bool = True
+                        ) -> dict[str, TopicDescription | BrokerError]:
+        """Topic ids, partitions, leaders, replicas and ISR of ``topics`` (one Metadata
+        request; v10+ carries topic ids, v8+ the authorized operations).  A topic that does
+        not exist is UnknownTopicOrPartitionError (raised, or its value with
+        ``raise_on_error=False``); never auto-created."""
+        names = list(dict.fromkeys(topics))
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+
+        def body(v: int) -> dict:
+            return {"topics": [{"name": t, "topic_id": ZERO_UUID} for t in names],
+                    "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": include_authorized_operations}
+        resp = self._call(None, "Metadata", body, timeout_ms)
+        brokers = {b["node_id"]: BrokerNode(b["node_id"], b["host"], b["port"], b.get("rack"))
+                   for b in resp["brokers"]}
+
+        def node(i: int) -> BrokerNode:
+            return brokers.get(i) or BrokerNode(i, "", -1)
+        out: dict[str, TopicDescription | BrokerError] = {}
+        for t in resp["topics"]:
+            name = t["name"]
+            err = _err(t["error_code"], name, topic=name)
+            if err is not None:
+                out[name] = err
+                continue
+            parts = tuple(
+                PartitionDescription(p["partition_index"], node(p["leader_id"]) if p["leader_id"] >= 0 else None,
+                                     tuple(node(r) for r in p["replica_nodes"]),
+                                     tuple(node(r) for r in p["isr_nodes"]), p.get("leader_epoch", -1))
+                for p in sorted(t["partitions"], key=lambda p: p["partition_index"]))
+            ops = None
+            bits = t.get("topic_authorized_operations", -0x80000000)
+            if include_authorized_operations and bits != -0x80000000:
+                ops = tuple(i for i in range(32) if bits >> i & 1)
+            out[name] = TopicDescription(name, t.get("topic_id") or ZERO_UUID, bool(t.get("is_internal")),
+                                         parts, ops)
+        for name in names:
+            out.setdefault(name, for_code(3, name))
+        return _results({n: out[n] for n in names}, raise_on_error)
+
     def describe_cluster(self, timeout: float | None = 30.0) -> ClusterDescription:
         """Cluster id, controller and brokers (DescribeCluster)."""
         timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
@@ -612,7 +682,7 @@ class Admin:
             for b in resp["brokers"]))
 
     # --- plumbing ----------------------------------------------------------------------------------
-    def _call(self, node: int | None, api: str, body: dict, timeout_ms: int, *,
+    def _call(self, node: int | None, api: str, body: dict | Callable[[int], dict], timeout_ms: int, *,
               max_version: int | None = None) -> dict:
         f = self._net.send(node, api, body, timeout_ms=timeout_ms, max_version=max_version)
         return self._net.wait(f).result()

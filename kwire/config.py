@@ -230,8 +230,22 @@ PROPERTIES: tuple[Prop, ...] = (
        "keys spread.  consistent_random is librdkafka's / confluent-kafka's default: "
        "CRC32(key) %% partitions.  fnv1a_random is Sarama's.  The plain variants (no _random) also "
        "hash null keys.", role=PRODUCER, choices=_PARTITIONERS),
-    _p("enable.idempotence", "bool", False, "Idempotent producer (KIP-98).  Not supported yet.",
-       role=PRODUCER, unsupported={True: "not supported yet"}),
+    _p("enable.idempotence", "bool", False, "Idempotent producer (KIP-98): a producer id and "
+       "per-partition sequence numbers, so a retry never writes a batch twice and order holds.  "
+       "Needs acks=all and retries > 0.  Off by default, as in librdkafka (Java's default is on).  "
+       "Implied by transactional.id.", role=PRODUCER),
+    _p("transactional.id", "str", None, "Makes the producer transactional (KIP-98): "
+       "init_transactions(), begin/commit/abort_transaction(), send_offsets_to_transaction().  "
+       "A newer producer with the same id fences this one.  Implies enable.idempotence.",
+       role=PRODUCER),
+    _p("enable.gapless.guarantee", "bool", False, "librdkafka's (experimental) fatal error when an "
+       "idempotent producer's failed batch would leave a gap.  kwire renews the producer id "
+       "instead, as librdkafka does without it; true is refused.", role=PRODUCER,
+       unsupported={True: "kwire renews the producer id after a failed batch (a gap), as librdkafka "
+                          "does by default; it does not offer the fatal variant"}),
+    _p("transaction.timeout.ms", "int", 60000, "How long the coordinator lets a transaction "
+       "stay open before aborting it (at most the broker's transaction.max.timeout.ms).",
+       role=PRODUCER, min=1000, max=INT32_MAX),
     _p("on_delivery", "callable", None, "Default delivery callback (err, message).",
        role=PRODUCER, aliases=("delivery.report.cb",)),
 )
@@ -433,7 +447,27 @@ def parse_config(user: Mapping[str, Any] | None = None, role: str = "consumer", 
                 raise ConfigError(f"configuration property {name!r} is not supported with "
                                   "group.protocol=consumer: the broker sets it (group.consumer."
                                   f"{'assignors' if name.startswith('partition') else name})")
+    if role == PRODUCER:
+        _check_idempotence(values, explicit)
     return Config(values, role, explicit)
+
+
+def _check_idempotence(values: dict[str, Any], explicit: dict[str, Any]) -> None:
+    """enable.idempotence / transactional.id need acks=all and retries (as librdkafka and
+    Java check): a conflict the user wrote is a ConfigError; defaults are adjusted."""
+    if values["transactional.id"] is not None:
+        if explicit.get("enable.idempotence") is False:
+            raise ConfigError("configuration property 'enable.idempotence' must not be false "
+                              "when 'transactional.id' is set")
+        values["enable.idempotence"] = True
+    if not values["enable.idempotence"]:
+        return
+    if values["acks"] != "all":
+        raise ConfigError("configuration property 'acks' must be 'all' (-1) when "
+                          "enable.idempotence is true")
+    if values["retries"] == 0:
+        raise ConfigError("configuration property 'retries' must be > 0 when "
+                          "enable.idempotence is true")
 
 
 def _copy_default(value: Any) -> Any:

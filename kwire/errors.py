@@ -144,6 +144,37 @@ class PurgedError(KwireError):
         self.in_flight = in_flight
 
 
+class ProducerFatalError(KwireError):
+    """The idempotent / transactional producer cannot go on: it was fenced by a newer producer
+    with the same transactional.id (``cause`` PRODUCER_FENCED or INVALID_PRODUCER_EPOCH), or it
+    is not authorized (TRANSACTIONAL_ID / CLUSTER_AUTHORIZATION_FAILED).  Every later call raises it again; close the producer and make a new
+    one (librdkafka's fatal errors, confluent-kafka's ``KafkaError.fatal()``)."""
+
+    def __init__(self, cause: BaseException, message: str | None = None):
+        super().__init__(message or f"fatal producer error: {cause}")
+        self.cause = cause
+
+
+class TransactionAbortRequiredError(KwireError):
+    """The current transaction failed (a record could not be delivered, the broker answered
+    TRANSACTION_ABORTABLE, a sequence went out of order, ...): call abort_transaction(), then
+    begin a new one (confluent-kafka's ``KafkaError.txn_requires_abort()``)."""
+
+    def __init__(self, cause: BaseException, message: str | None = None):
+        super().__init__(message or f"transaction must be aborted: {cause}")
+        self.cause = cause
+
+
+class TransactionStateError(KwireError, RuntimeError):
+    """A transactional call out of order: produce() outside a transaction, begin_transaction()
+    twice, commit without init_transactions(), ... (librdkafka's ``_STATE``)."""
+
+
+class NotTransactionalError(TransactionStateError):
+    """A transactional call on a producer without transactional.id (librdkafka's
+    ``_NOT_CONFIGURED``)."""
+
+
 class MaxPollIntervalExceededError(KwireError):
     """The application did not call poll()/consume() within max.poll.interval.ms: the member
     left the group and its partitions were lost (on_lost ran first).  Raised once from the next

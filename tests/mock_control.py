@@ -5,6 +5,7 @@ so a child process loads that library with ctypes, creates an ``rd_kafka_t`` and
 on it, prints the bootstrap servers and then obeys commands on stdin:
 
     coord <group> <broker_id>              rd_kafka_mock_coordinator_set(cluster, "group", ...)
+    txncoord <transactional_id> <broker>   rd_kafka_mock_coordinator_set(cluster, "transaction", ...)
     errors <api_key> <error_code> <count>  rd_kafka_mock_push_request_errors: the next <count>
                                             requests of that API fail with that code
 
@@ -49,6 +50,8 @@ _CHILD = textwrap.dedent("""
             continue
         if words[0] == "coord":
             rc = lib.rd_kafka_mock_coordinator_set(mc, b"group", words[1].encode(), int(words[2]))
+        elif words[0] == "txncoord":
+            rc = lib.rd_kafka_mock_coordinator_set(mc, b"transaction", words[1].encode(), int(words[2]))
         elif words[0] == "errors":
             key, code, count = (int(w) for w in words[1:4])
             args = [ctypes.c_int(code)] * count
@@ -83,6 +86,11 @@ class ControlledMockCluster:
 
     def set_coordinator(self, group: str, broker_id: int) -> None:
         rc = self._command(f"coord {group} {broker_id}")
+        if rc != 0:
+            raise EmbeddedBrokerError(f"rd_kafka_mock_coordinator_set returned {rc}")
+
+    def set_transaction_coordinator(self, transactional_id: str, broker_id: int) -> None:
+        rc = self._command(f"txncoord {transactional_id} {broker_id}")
         if rc != 0:
             raise EmbeddedBrokerError(f"rd_kafka_mock_coordinator_set returned {rc}")
 

@@ -97,8 +97,8 @@ def test_unsupported_features_are_config_errors():
         assert parse_config({"security.protocol": proto}).security_protocol == proto.lower()
     with pytest.raises(ConfigError, match="security.protocol"):
         parse_config({"security.protocol": "tls"})
-    with pytest.raises(ConfigError, match="enable.idempotence"):
-        parse_config({"enable.idempotence": True}, role="producer")
+    with pytest.raises(ConfigError, match="enable.idempotence"):  # needs acks=all
+        parse_config({"enable.idempotence": True, "acks": "1"}, role="producer")
 
 
 def test_heartbeat_must_be_below_session_timeout():

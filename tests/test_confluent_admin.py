@@ -282,3 +282,86 @@ def test_value_types_as_confluent_kafka():
         assert m.admin.ListOffsetsResultInfo(1, 2, -1).leader_epoch is None
         listing = m.admin.ConsumerGroupListing("g", False, "STABLE", 2)
         assert (listing.state, listing.type) == (m.ConsumerGroupState.STABLE, m.ConsumerGroupType.CLASSIC)
+
+
+def _described(ck, bootstrap, topics, **kw):
+    """describe_topics through ``ck``: per topic the description as plain values, or the error."""
+    a = ck.admin.AdminClient({"bootstrap.servers": bootstrap})
+    out = {}
+    for name, fut in a.describe_topics(ck.TopicCollection(topics), **kw).items():
+        kind, d = _outcome(fut)
+        if kind == "error":
+            out[name] = d
+            continue
+        def node(n):
+            return None if n is None else (n.id, n.host, n.port, n.rack)
+        out[name] = (d.name, str(d.topic_id), d.topic_id.get_most_significant_bits(),
+                     d.topic_id.get_least_significant_bits(), d.is_internal,
+                     [(p.id, node(p.leader), [node(r) for r in p.replicas], [node(r) for r in p.isr])
+                      for p in d.partitions],
+                     None if d.authorized_operations is None else sorted(o.name for o in d.authorized_operations))
+    return out
+
+
+def test_describe_topics_same_as_confluent_kafka(kafka, unique_topic):
+    """Topic ids (as Uuid), partitions, leaders, replicas, ISR, internal flag and authorized
+    operations: kwire.confluent's AdminClient answers what confluent-kafka's does."""
+    a = confluent_kafka.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for f in a.create_topics([confluent_kafka.admin.NewTopic(unique_topic, 3, 1)]).values():
+        f.result(20)
+    topics = [unique_topic, "__consumer_offsets", unique_topic + "-missing"]
+    # an offset commit makes sure the internal __consumer_offsets exists
+    tps = [confluent_kafka.TopicPartition(unique_topic, 0, 1)]
+    for f in a.alter_consumer_group_offsets([confluent_kafka.ConsumerGroupTopicPartitions(
+            "g-" + unique_topic, tps)]).values():
+        f.result(20)
+    _wait(lambda: "__consumer_offsets" in a.list_topics(timeout=10).topics, "__consumer_offsets")
+    for kw in ({}, {"include_authorized_operations": True}):
+        real = _described(confluent_kafka, kafka.bootstrap, topics, **kw)
+        ours = _described(kwire.confluent, kafka.bootstrap, topics, **kw)
+        assert ours == real, kw
+    mine = ours[unique_topic]
+    assert len(mine[5]) == 3 and mine[5][0][1][0] == 1 and mine[4] is False
+    assert ours["__consumer_offsets"][4] is True
+    assert ours[unique_topic + "-missing"] == "UNKNOWN_TOPIC_OR_PART"
+    # kwire's own Admin: the topic id as a uuid.UUID, the same bits
+    from kwire.admin import Admin
+    with Admin({"bootstrap.servers": kafka.bootstrap}) as adm:
+        d = adm.describe_topics([unique_topic])[unique_topic]
+    assert str(kwire.confluent.Uuid.from_uuid(d.topic_id)) == mine[1]
+    # argument errors raise the same types at the call
+    raised = {}
+    for name, ck in MODULES.items():
+        adm = ck.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
+        out = []
+        for arg in ([unique_topic], ck.TopicCollection("x"), ck.TopicCollection([""]),
+                    ck.TopicCollection([1]), ck.TopicCollection(["a", "a"])):
+            try:
+                adm.describe_topics(arg)
+                out.append(None)
+            except Exception as exc:
+                out.append(type(exc).__name__)
+        raised[name] = out
+    assert raised["kwire.confluent"] == raised["confluent_kafka"]
+    # duplicates: one future, failed with _INVALID_ARG; an empty collection: no futures
+    for ck in MODULES.values():
+        adm = ck.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
+        assert {k: _outcome(f) for k, f in adm.describe_topics(ck.TopicCollection(["a", "a"])).items()} == \
+            {"a": ("error", "_INVALID_ARG")}
+        assert adm.describe_topics(ck.TopicCollection([])) == {}
+
+
+def test_uuid_as_confluent_kafka():
+    for msb, lsb in ((1234567890123, -987654321), (0, 0), (-1, -1), (-(1 << 63), (1 << 63) - 1)):
+        ours, real = kwire.confluent.Uuid(msb, lsb), confluent_kafka.Uuid(msb, lsb)
+        assert (str(ours), repr(ours)) == (str(real), repr(real))
+        assert (ours.get_most_significant_bits(), ours.get_least_significant_bits()) == (msb, lsb)
+    for bad in (("x", 1), (1 << 63, 0), (0, -(1 << 63) - 1)):
+        errs = []
+        for m in (kwire.confluent, confluent_kafka):
+            try:
+                m.Uuid(*bad)
+                errs.append(None)
+            except Exception as exc:
+                errs.append(type(exc).__name__)
+        assert errs[0] == errs[1], bad

@@ -411,11 +411,22 @@ def test_producer_error_cb_all_brokers_down():
     assert KafkaError._ALL_BROKERS_DOWN in seen
 
 
-def test_producer_transactions_are_refused():
+def test_transactions_need_transactional_id():
+    """As librdkafka: the transactional calls of a producer without transactional.id fail with
+    _NOT_CONFIGURED; with it, calls out of order fail with _STATE (neither fatal)."""
     p = ck.Producer({"bootstrap.servers": NOWHERE})
+    for call in (p.init_transactions, p.begin_transaction, p.commit_transaction, p.abort_transaction):
+        with pytest.raises(KafkaException) as e:
+            call()
+        assert e.value.args[0].code() == KafkaError._NOT_CONFIGURED and not e.value.args[0].fatal()
+    p = ck.Producer({"bootstrap.servers": NOWHERE, "transactional.id": "t"})
+    for call in (p.begin_transaction, p.commit_transaction, p.abort_transaction):
+        with pytest.raises(KafkaException) as e:
+            call()
+        assert e.value.args[0].code() == KafkaError._STATE and not e.value.args[0].fatal()
     with pytest.raises(KafkaException) as e:
-        p.init_transactions()
-    assert e.value.args[0].code() == KafkaError._NOT_IMPLEMENTED
+        p.produce("t", b"v")
+    assert e.value.args[0].code() == KafkaError._STATE
 
 
 # --- AdminClient ------------------------------------------------------------------------------------

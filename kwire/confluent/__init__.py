@@ -12,11 +12,12 @@ What differs from confluent-kafka, and why:
 * The Producer's default partitioner is librdkafka's consistent_random (kwire's own Producer
   defaults to Java's murmur2_random): keys land where confluent-kafka puts them.
 * Keys that tune only librdkafka internals are accepted and ignored (``_config.NO_OPS`` lists
-  them with the reason); transactions are refused.  ``group.protocol=consumer`` is KIP-848.
+  them with the reason).  ``group.protocol=consumer`` is KIP-848.
 * ``stats_cb`` gets librdkafka's statistics JSON with the commonly graphed fields (see ``kwire.stats``).
-* Not provided: the schema registry and its serializers, transactions,
-  ``consumer_group_metadata()``, ``ShareConsumer``, and the admin operations kwire's Admin
-  lacks (ACLs, describe_topics, ...: they raise ``_NOT_IMPLEMENTED``).
+* Transactions (``init_transactions`` ... ``send_offsets_to_transaction``,
+  ``consumer_group_metadata()``) map kwire's typed errors to librdkafka's codes and flags.
+* Not provided: the schema registry and its serializers, ``ShareConsumer``, and the admin
+  operations kwire's Admin lacks (ACLs, ...: they raise ``_NOT_IMPLEMENTED``).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSE
                      TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
                      KafkaError, KafkaException, Message, TopicPartition)
 from ._admin_types import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
-                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo)
+                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo, Uuid)
 from ._serializing import DeserializingConsumer, SerializingProducer
 from .consumer import Consumer
 from .producer import Producer
@@ -35,7 +36,7 @@ __all__ = ["Consumer", "Producer", "DeserializingConsumer", "SerializingProducer
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME",
            "ThrottleEvent", "version", "libversion", "admin", "murmur2", "consistent", "fnv1a",
            "Node", "ConsumerGroupTopicPartitions", "ConsumerGroupState", "ConsumerGroupType",
-           "IsolationLevel", "TopicCollection", "TopicPartitionInfo"]
+           "IsolationLevel", "TopicCollection", "TopicPartitionInfo", "Uuid"]
 
 
 __version__ = _kwire_version

@@ -13,7 +13,7 @@ __all__ = ["ResourceType", "ConfigSource", "AlterConfigOpType", "ConfigEntry", "
            "ConsumerGroupTopicPartitions", "ConsumerGroupListing", "ListConsumerGroupsResult",
            "MemberAssignment", "MemberDescription", "ConsumerGroupDescription", "OffsetSpec",
            "ListOffsetsResultInfo", "DescribeClusterResult", "TopicCollection",
-           "TopicPartitionInfo", "TopicDescription"]
+           "TopicPartitionInfo", "TopicDescription", "Uuid", "AclOperation"]
 
 
 class ResourceType(Enum):
@@ -372,3 +372,74 @@ class TopicDescription:
         self.is_internal = is_internal
         self.partitions = partitions
         self.authorized_operations = None if authorized_operations is None else list(authorized_operations)
+
+
+class AclOperation(Enum):
+    """Kafka's ACL operations (the wire's numbering, which librdkafka keeps)."""
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+def _int64(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
+    if not -(1 << 63) <= value < (1 << 63):
+        raise OverflowError(f"{what}: int too big to convert")
+    return value
+
+
+class Uuid:
+    """confluent-kafka's ``Uuid``: 128 bits as two signed 64-bit halves (Java's layout), shown
+    as base64 of the 16 big-endian bytes without padding, as Kafka's tools print topic ids.
+
+    Unlike confluent-kafka's (which compares by identity) two Uuids of the same bits are equal;
+    ``uuid`` gives the standard library's value."""
+
+    __slots__ = ("_msb", "_lsb")
+
+    def __init__(self, most_significant_bits, least_significant_bits):
+        self._msb = _int64(most_significant_bits, "most_significant_bits")
+        self._lsb = _int64(least_significant_bits, "least_significant_bits")
+
+    @classmethod
+    def from_uuid(cls, value) -> Uuid:
+        n = value.int
+        msb, lsb = n >> 64, n & ((1 << 64) - 1)
+        return cls(msb - (1 << 64) if msb >= 1 << 63 else msb, lsb - (1 << 64) if lsb >= 1 << 63 else lsb)
+
+    def get_most_significant_bits(self) -> int:
+        return self._msb
+
+    def get_least_significant_bits(self) -> int:
+        return self._lsb
+
+    @property
+    def uuid(self):
+        import uuid
+        return uuid.UUID(int=((self._msb & ((1 << 64) - 1)) << 64) | (self._lsb & ((1 << 64) - 1)))
+
+    def __str__(self) -> str:
+        import base64
+        return base64.b64encode(self.uuid.bytes).decode("ascii").rstrip("=")
+
+    __repr__ = __str__
+
+    def __eq__(self, other):
+        if not isinstance(other, Uuid):
+            return NotImplemented
+        return (self._msb, self._lsb) == (other._msb, other._lsb)
+
+    def __hash__(self) -> int:
+        return hash((self._msb, self._lsb))
+

@@ -132,6 +132,8 @@ _LOCAL = tuple((cls, code) for cls, code in (
     # a commit refused while the group rebalances: librdkafka reports the broker's code
     (_kerr.RebalanceInProgressError, KafkaError.REBALANCE_IN_PROGRESS),
     (_kerr.ConcurrentUseError, KafkaError._STATE),
+    (_kerr.NotTransactionalError, KafkaError._NOT_CONFIGURED),
+    (_kerr.TransactionStateError, KafkaError._STATE),
     (_kerr.ConsumerClosedError, KafkaError._DESTROY),
     (_kerr.DecompressionLimitError, KafkaError._BAD_MSG),
     (_kerr.DataLossError, KafkaError._FAIL),
@@ -162,6 +164,16 @@ def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaEr
     if isinstance(exc, _kerr.PurgedError):
         code = KafkaError._PURGE_INFLIGHT if exc.in_flight else KafkaError._PURGE_QUEUE
         return KafkaError(code, _DESC.get(code), fatal=fatal)
+    if isinstance(exc, _kerr.ProducerFatalError):
+        cause = to_kafka_error(exc.cause)
+        assert cause is not None
+        # librdkafka reports a fenced producer as _FENCED; other fatal errors keep their code
+        code = KafkaError._FENCED if cause.code() in (47, 90) else cause.code()
+        return KafkaError(code, str(exc), fatal=True)
+    if isinstance(exc, _kerr.TransactionAbortRequiredError):
+        cause = to_kafka_error(exc.cause)
+        assert cause is not None
+        return KafkaError(cause.code(), str(exc), txn_requires_abort=True)
     if isinstance(exc, _kerr.BrokerError):
         text = exc.broker_message or _DESC.get(exc.code) or str(exc)
         return KafkaError(exc.code, text, fatal=fatal, retriable=bool(exc.retriable))

@@ -12,7 +12,7 @@ order and the caller never blocks.
 
 ``alter_configs`` (deprecated, non-incremental) too.
 
-Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs, ``describe_topics``,
+Not provided (KafkaException(_NOT_IMPLEMENTED) at once): ACLs,
 ``elect_leaders``, SCRAM credentials, ``replica_assignment`` in create_topics/create_partitions.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ._admin_types import (FROM_WIRE_RESOURCE, WIRE_RESOURCE, AlterConfigOpType,
                            DescribeClusterResult, IsolationLevel, ListConsumerGroupsResult,
                            ListOffsetsResultInfo, MemberAssignment, MemberDescription, NewPartitions,
                            Node, OffsetSpec, ResourceType, TopicCollection, TopicDescription,
-                           TopicPartitionInfo, BROKER_STATE)
+                           TopicPartitionInfo, BROKER_STATE, AclOperation, Uuid)
 from ._types import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition, to_kafka_error
 
 __all__ = ["AdminClient", "NewTopic", "ClusterMetadata", "BrokerMetadata", "TopicMetadata",
@@ -41,7 +41,8 @@ __all__ = ["AdminClient", "NewTopic", "ClusterMetadata", "BrokerMetadata", "Topi
            "ConfigSource", "AlterConfigOpType", "ResourceType", "ConsumerGroupListing",
            "ListConsumerGroupsResult", "MemberAssignment", "MemberDescription",
            "ConsumerGroupDescription", "OffsetSpec", "ListOffsetsResultInfo",
-           "DescribeClusterResult", "TopicDescription", "KafkaException", "KafkaError"]
+           "DescribeClusterResult", "TopicDescription", "KafkaException", "KafkaError",
+           "AclOperation", "Uuid"]
 
 
 class NewTopic:
@@ -571,11 +572,48 @@ class AdminClient:
         self._dispatch({None: fut}, work)
         return fut
 
+    def describe_topics(self, topics, include_authorized_operations=False, request_timeout=-1):
+        """``{topic: Future}`` for a TopicCollection; each result is a TopicDescription (topic id
+        as a :class:`Uuid`, partitions as TopicPartitionInfo with Nodes); a topic that does not
+        exist fails its future with UNKNOWN_TOPIC_OR_PART."""
+        if not isinstance(topics, TopicCollection):
+            raise TypeError("Expected input to be instance of TopicCollection")
+        names = topics.topic_names
+        if not isinstance(names, list):
+            raise TypeError("Expected list of topic names to be described")
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError("Expected list of topic strings")
+            if not n:
+                raise ValueError("Empty topic name")
+        timeout = self._request_timeout(request_timeout, 0)
+        if len(set(names)) != len(names):  # as librdkafka: one future per name, failed
+            return self._dispatch({n: concurrent.futures.Future() for n in names}, lambda: {
+                n: KafkaException(KafkaError(KafkaError._INVALID_ARG, "Duplicate topics not allowed"))
+                for n in names})
+
+        def node(b) -> Node:
+            return Node(b.id, b.host, b.port, b.rack)
+
+        def describe(d) -> TopicDescription:
+            parts = [TopicPartitionInfo(p.partition, None if p.leader is None else node(p.leader),
+                                        [node(r) for r in p.replicas], [node(r) for r in p.isr])
+                     for p in d.partitions]
+            ops = None if d.authorized_operations is None else \
+                [AclOperation(o) for o in d.authorized_operations if o in AclOperation._value2member_map_]
+            return TopicDescription(d.name, Uuid.from_uuid(d.topic_id), d.is_internal, parts, ops)
+
+        def work():
+            res = self._a.describe_topics(names, timeout, raise_on_error=False,
+                                          include_authorized_operations=bool(include_authorized_operations))
+            return {n: r if isinstance(r, BaseException) else describe(r) for n, r in res.items()}
+        return self._dispatch({n: concurrent.futures.Future() for n in names}, work)
+
     def _unsupported(self, *args, **kwargs):
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "not supported by kwire's Admin"))
 
-    create_acls = describe_acls = delete_acls = describe_topics = _unsupported
+    create_acls = describe_acls = delete_acls = _unsupported
     elect_leaders = describe_user_scram_credentials = alter_user_scram_credentials = _unsupported
 
     def poll(self, timeout=None):

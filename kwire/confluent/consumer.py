@@ -480,8 +480,14 @@ class Consumer:
                                         "kwire takes SASL credentials from the configuration only"))
 
     def consumer_group_metadata(self):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
-                                        "transactions are not supported by kwire"))
+        """The group membership for Producer.send_offsets_to_transaction() (kwire's
+        :class:`~kwire.consumer.GroupMetadata`; confluent-kafka's is opaque)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        try:
+            return self._c.consumer_group_metadata()
+        except KwireError as exc:
+            raise to_kafka_exception(exc) from None
 
     def close(self):
         """Revoke (on_revoke), commit (auto commit), leave the group, stop.  Closing again does

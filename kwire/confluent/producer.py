@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..errors import ConfigError, KafkaTimeoutError, KwireError
+from ..errors import ConfigError, KafkaTimeoutError, KwireError, TransactionAbortRequiredError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, split_config
@@ -78,6 +78,7 @@ class Producer:
         self._closed = False
         self._all_down = False
         self._auth_reported = None
+        self._fatal_reported = False
         self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
         if self._error_cb is not None:
             # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
@@ -110,6 +111,10 @@ class Producer:
             self._p.produce(topic, value, key, partition, cb, timestamp or None, headers)
         except BufferError:
             raise BufferError(KafkaError(KafkaError._QUEUE_FULL)) from None
+        except TransactionAbortRequiredError as exc:
+            # librdkafka refuses a message for a failed transaction with _STATE (the flags
+            # come with commit_transaction's error)
+            raise KafkaException(KafkaError(KafkaError._STATE, str(exc))) from None
         except KwireError as exc:
             raise KafkaException(to_kafka_error(exc)) from None
 
@@ -153,6 +158,14 @@ class Producer:
         if auth is not None and auth is not self._auth_reported:
             self._auth_reported = auth
             self._on_error(auth)
+        fatal = self._p.fatal_error
+        if fatal is not None and not self._fatal_reported:
+            # As librdkafka: an idempotent producer's fatal error reaches error_cb once, as
+            # _FATAL; a transactional producer's is raised by its calls only (confluent-kafka
+            # 2.16 calls no error_cb when fenced: compared in tests/test_kafka_txn_producer.py).
+            self._fatal_reported = True
+            if not self._p.config.transactional_id:
+                self._on_error(KafkaError(KafkaError._FATAL, str(fatal), fatal=True))
 
     def _on_error(self, err) -> None:
         err = to_kafka_error(err)
@@ -221,12 +234,33 @@ class Producer:
             queued += 1
         return queued
 
-    def _no_txn(self, *args, **kwargs):
-        raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
-                                        "transactions are not supported by kwire's producer"))
+    # --- transactions (kwire.producer.txn_api; errors as KafkaException(KafkaError)) -----------
+    def _txn_call(self, fn, *args):
+        if self._closed:
+            raise RuntimeError("Producer has been closed")
+        try:
+            return fn(*args)
+        except KwireError as exc:
+            raise to_kafka_exception(exc) from None
 
-    init_transactions = begin_transaction = commit_transaction = abort_transaction = _no_txn
-    send_offsets_to_transaction = _no_txn
+    def init_transactions(self, timeout=None):
+        """Take the transactional id's producer id (fencing older producers with it)."""
+        return self._txn_call(self._p.init_transactions, _txn_timeout(timeout))
+
+    def begin_transaction(self):
+        return self._txn_call(self._p.begin_transaction)
+
+    def send_offsets_to_transaction(self, positions, group_metadata, timeout=None):
+        """Commit the consumer group's ``positions`` (TopicPartitions) with the transaction."""
+        return self._txn_call(self._p.send_offsets_to_transaction, positions, group_metadata,
+                              _txn_timeout(timeout))
+
+    def commit_transaction(self, timeout=None):
+        """Flush, then commit the transaction."""
+        return self._txn_call(self._p.commit_transaction, _txn_timeout(timeout))
+
+    def abort_transaction(self, timeout=None):
+        return self._txn_call(self._p.abort_transaction, _txn_timeout(timeout))
 
     def cluster_id(self, timeout=-1):
         """The cluster id the brokers report (None when they report none)."""
@@ -261,3 +295,10 @@ class Producer:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _txn_timeout(timeout):
+    """confluent-kafka: None or -1 wait up to transaction.timeout.ms (kwire: None)."""
+    if timeout is None or timeout < 0:
+        return None
+    return float(timeout)

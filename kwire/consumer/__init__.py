@@ -5,11 +5,12 @@ from .types import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
+    GroupMetadata,
     OffsetAndMetadata,
     TopicPartition,
 )
 
-__all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "OFFSET_BEGINNING", "OFFSET_END",
+__all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "GroupMetadata", "OFFSET_BEGINNING", "OFFSET_END",
            "OFFSET_INVALID", "OFFSET_STORED"]
 
 

@@ -94,6 +94,7 @@ from .types import (
     CommitResult,
     CommittedResult,
     ErrorAction,
+    GroupMetadata,
     LosePartitions,
     OffsetAndMetadata,
     RevokePartitions,
@@ -252,6 +253,19 @@ class Consumer:
     def incremental_unassign(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
         self._call(Unassign, [(tp.topic, tp.partition) for tp in _tps(partitions)])
+
+    def consumer_group_metadata(self) -> GroupMetadata:
+        """The group membership as a transactional producer's send_offsets_to_transaction()
+        needs it (group id, generation or KIP-848 member epoch, member id, group.instance.id);
+        take it after poll() returned the records whose offsets go into the transaction."""
+        self._check_open()
+        if self._group_id is None:
+            raise ConfigError("consumer_group_metadata() needs group.id")
+        coord = self._coord
+        epoch = getattr(coord, "member_epoch", None)
+        generation = epoch if isinstance(epoch, int) else getattr(coord, "generation", -1)
+        return GroupMetadata(self._group_id, int(generation), getattr(coord, "member_id", "") or "",
+                             getattr(coord, "group_instance_id", None))
 
     def assignment(self) -> list[TopicPartition]:
         """The partitions assigned, without those the group has taken away already: lost ones

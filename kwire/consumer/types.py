@@ -86,6 +86,18 @@ class OffsetAndMetadata(NamedTuple):
     metadata: str | None = ""
 
 
+class GroupMetadata(NamedTuple):
+    """What a transactional producer's send_offsets_to_transaction() needs of a consumer's
+    group membership (TxnOffsetCommit's fields): the group id, the generation (classic) or
+    member epoch (KIP-848), the member id and group.instance.id.  The broker fences offsets
+    sent for a generation that has ended."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
 # --- requests --------------------------------------------------------------------------------
 
 COORDINATOR = "coordinator"  # Request.node: the group coordinator, whichever broker it is,

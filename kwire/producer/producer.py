@@ -27,8 +27,13 @@ synchronous: ``produce`` buffers (and writes full batches without blocking), ``p
 **Delivery.**  At least once: retriable errors (leader moved, connection lost, timeouts) are
 retried after ``retry.backoff.ms`` with a metadata refresh, until ``retries`` or
 ``delivery.timeout.ms`` runs out.  One batch per partition is in flight at a time, so retries
-keep per-partition order.  Without idempotence (not supported yet) a retry after a lost
-response may write a batch twice.  With ``acks=0`` no response comes back and offsets are
+keep per-partition order.  Without idempotence a retry after a lost response may write a
+batch twice; with ``enable.idempotence`` (off by default, as in librdkafka) every batch carries
+the producer id, epoch and a per-partition sequence number, so the broker drops the duplicate
+(see :mod:`kwire.producer.transactions`).  ``transactional.id`` adds transactions:
+``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+``commit_transaction``, ``abort_transaction`` (confluent-kafka's API; timeouts in seconds;
+:mod:`kwire.producer.txn_api`).  With ``acks=0`` no response comes back and offsets are
 reported as -1001 (OFFSET_INVALID), as librdkafka does.
 """
 from __future__ import annotations
@@ -40,34 +45,34 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .config import Config, parse_config
-from .errors import (
-    BrokerError,
-    KafkaConnectionError,
+from ..config import Config, parse_config
+from ..errors import (
     KafkaTimeoutError,
     KwireError,
-    ProtocolError,
     PurgedError,
     for_code,
 )
-from .net import NetworkClient, now_ms
-from .protocol.schema import ZERO_UUID
-from .stats import ProducerStats
+from ..net import NetworkClient, now_ms
+from ..stats import ProducerStats
+from .batch import (
+    BATCH_OVERHEAD_BYTES,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Batch,
+    DeliveryReport,
+)
+from .coordinator import TxnCoordinatorClient
+from .sender import SenderMixin
+from .transactions import TransactionManager, TxnState
+from .txn_api import TransactionsMixin
 
 __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
            "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME", "TIMESTAMP_LOG_APPEND_TIME"]
 
-# confluent-kafka's timestamp types
-TIMESTAMP_NOT_AVAILABLE = 0
-TIMESTAMP_CREATE_TIME = 1
-TIMESTAMP_LOG_APPEND_TIME = 2
-
 _ACKS = {"0": 0, "1": 1, "all": -1}
 _RECORD_OVERHEAD_BYTES = 21  # worst-case varints and attributes of one v2 record
-_BATCH_OVERHEAD_BYTES = 61
 _TOPIC_PROPAGATION_MAX_MS = 30_000  # how long an unknown topic may take to appear
-_UNKNOWN_TOPIC = 3
-_UNKNOWN_PARTITION_MSG = "partition does not exist"
 
 
 # --- hashing -----------------------------------------------------------------------------
@@ -126,93 +131,6 @@ def partition_for(partitioner: str, key: bytes | None, num_partitions: int) -> i
     raise ValueError(f"unknown partitioner {partitioner!r}")
 
 
-# --- messages and batches ------------------------------------------------------------------
-
-class DeliveryReport:
-    """What a delivery callback receives (confluent-kafka's Message methods)."""
-
-    __slots__ = ("_topic", "_partition", "_key", "_value", "_headers", "_timestamp_ms",
-                 "_timestamp_type", "_create_ms", "_offset", "_error", "_on_delivery", "_created_ms",
-                 "_delivered_ms", "_size")
-
-    def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, created_ms, size):
-        self._topic = topic
-        self._partition = partition
-        self._key = key
-        self._value = value
-        self._headers = headers
-        self._timestamp_ms = timestamp_ms
-        self._create_ms = timestamp_ms  # what the record carries, whatever the broker reports
-        self._timestamp_type = TIMESTAMP_CREATE_TIME
-        self._offset = -1001  # OFFSET_INVALID until acknowledged
-        self._error: KwireError | None = None
-        self._on_delivery = on_delivery
-        self._created_ms = created_ms
-        self._delivered_ms: int | None = None
-        self._size = size
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return -1 if self._partition is None else self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers or None
-
-    def timestamp(self) -> tuple[int, int]:
-        """``(TIMESTAMP_CREATE_TIME, ms)``, or ``(TIMESTAMP_LOG_APPEND_TIME, ms)`` when the broker
-        reported a log-append time in its Produce response."""
-        return (self._timestamp_type, self._timestamp_ms)
-
-    def create_timestamp(self) -> int:
-        """The timestamp written into the record (ms)."""
-        return self._create_ms
-
-    def error(self) -> KwireError | None:
-        return self._error
-
-    def latency(self) -> float | None:
-        """Seconds from produce() to acknowledgement."""
-        if self._delivered_ms is None:
-            return None
-        return (self._delivered_ms - self._created_ms) / 1000.0
-
-    def __len__(self) -> int:
-        return len(self._value or b"")
-
-    def __repr__(self) -> str:
-        return (f"<DeliveryReport {self._topic}[{self.partition()}]@{self._offset}"
-                f"{' error=' + repr(self._error) if self._error else ''}>")
-
-
-class _Batch:
-    __slots__ = ("tp", "msgs", "size_bytes", "created_ms", "closed", "payload", "attempts",
-                 "next_attempt_ms", "stale_metadata_ms", "purged")
-
-    def __init__(self, tp: tuple[str, int], now: int):
-        self.tp = tp
-        self.msgs: list[DeliveryReport] = []
-        self.size_bytes = _BATCH_OVERHEAD_BYTES
-        self.created_ms = now
-        self.closed = False
-        self.payload: bytes | None = None
-        self.attempts = 0
-        self.next_attempt_ms = 0
-        # after NOT_LEADER & co: the metadata's updated_ms then; the retry waits for newer
-        self.stale_metadata_ms = -1
-        self.purged = False  # reported by purge() while in flight: its answer is ignored
-
-
 def _to_bytes(value, what: str) -> bytes | None:
     if value is None:
         return None
@@ -238,7 +156,7 @@ def _headers(headers) -> list[tuple[str, bytes | None]]:
     return out
 
 
-class Producer:
+class Producer(SenderMixin, TransactionsMixin):
     """Produce records to Kafka (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
@@ -263,19 +181,27 @@ class Producer:
         self._max_queued = cfg.queue_buffering_max_messages
         self._partitioner = cfg.partitioner
         self._default_on_delivery = cfg.on_delivery
-        self._batches: dict[tuple[str, int], deque[_Batch]] = {}
+        self._batches: dict[tuple[str, int], deque[Batch]] = {}
         self._parked: dict[str, deque[DeliveryReport]] = {}  # waiting for the topic's metadata
         self._unknown_since: dict[str, int] = {}
         self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
-        self._flying: dict[int, _Batch] = {}  # id -> batch in flight (for purge())
+        self._flying: dict[int, Batch] = {}  # id -> batch in flight (for purge())
         self._sticky: dict[str, int] = {}  # topic -> partition for null keys
         self._reports: deque[DeliveryReport] = deque()
         self._outstanding = 0
         self._rng = random.Random()
         self._closed = False
         self._stats = ProducerStats.maybe(cfg, self._net, now_ms())  # None: statistics off
-        from . import records as _records  # the record layer; imported late so a codec build
+        from .. import records as _records  # the record layer; imported late so a codec build
         self._build_batch = _records.build_batch  # problem surfaces only when producing
+        self._tm: TransactionManager | None = None  # idempotent / transactional state
+        self._txc: TxnCoordinatorClient | None = None
+        if cfg.enable_idempotence:
+            self._tm = TransactionManager(cfg.transactional_id, cfg.transaction_timeout_ms)
+            self._txc = TxnCoordinatorClient(
+                self._net, self._tm, retry_backoff_ms=cfg.retry_backoff_ms,
+                request_timeout_ms=cfg.request_timeout_ms,
+                pump=lambda wait_ms: self._drive(wait_ms, flushing=False, serve=False))
 
     # --- public API -----------------------------------------------------------------------
     def produce(self, topic: str, value=None, key=None, partition: int | None = None,
@@ -287,6 +213,8 @@ class Producer:
         records are waiting."""
         if self._closed:
             raise RuntimeError("producer is closed")
+        if self._tm is not None:
+            self._tm.check_produce()
         if not isinstance(topic, str) or not topic:
             raise TypeError("topic must be a non-empty str")
         if self._max_queued and self._outstanding >= self._max_queued:
@@ -297,7 +225,7 @@ class Producer:
         hdrs = _headers(headers)
         size = (len(k) if k else 0) + (len(v) if v else 0) + sum(
             len(hk) + (len(hv) if hv else 0) + 10 for hk, hv in hdrs) + _RECORD_OVERHEAD_BYTES
-        if size + _BATCH_OVERHEAD_BYTES > self._max_message_bytes:
+        if size + BATCH_OVERHEAD_BYTES > self._max_message_bytes:
             raise for_code(10, f"record of about {size} bytes exceeds message.max.bytes="
                                f"{self._max_message_bytes}")
         if timestamp is None or timestamp == 0:
@@ -361,11 +289,16 @@ class Producer:
             self._parked.clear()
             for q in self._batches.values():
                 while q:
-                    for msg in q.popleft().msgs:
+                    b = q.popleft()
+                    if self._tm is not None and b.payload is not None:
+                        self._sequence_gap()  # a retry dropped: its sequence may be missing
+                    for msg in b.msgs:
                         self._report(msg, err, now)
             self._sticky.clear()
         if in_flight and self._flying:
             err = PurgedError("purged while in flight (purge())", in_flight=True)
+            if self._tm is not None:
+                self._sequence_gap()  # the broker may or may not write them
             for b in self._flying.values():
                 b.purged = True
                 for msg in b.msgs:
@@ -378,7 +311,7 @@ class Producer:
 
     def list_topics(self, topic: str | None = None, timeout: float | None = 10.0):
         """Metadata snapshot (see :meth:`kwire.admin.Admin.list_topics`)."""
-        from .net import Metadata
+        from ..net import Metadata
         md = Metadata()
         resp = self._net.request(None, "Metadata", lambda v: md.request_body(v, None if topic is None else [topic]),
                                  None if timeout is None else int(timeout * 1000))
@@ -403,6 +336,15 @@ class Producer:
     @property
     def network(self) -> NetworkClient:
         return self._net
+
+    @property
+    def fatal_error(self) -> KwireError | None:
+        """The :class:`~kwire.errors.ProducerFatalError` once the idempotent / transactional
+        producer cannot go on (fenced, sequence state lost), else None."""
+        tm = self._tm
+        if tm is None or tm.state is not TxnState.FATAL_ERROR:
+            return None
+        return tm.set_fatal(KwireError())
 
     # --- partitioning and batching ---------------------------------------------------------
     def _choose_partition(self, topic: str, key: bytes | None, n: int) -> int:
@@ -430,13 +372,13 @@ class Producer:
             closed = True
             b = None
         if b is None:
-            b = _Batch(tp, now)
+            b = Batch(tp, now)
             q.append(b)
         b.msgs.append(msg)
         b.size_bytes += msg._size
         return closed
 
-    def _close_batch(self, b: _Batch) -> None:
+    def _close_batch(self, b: Batch) -> None:
         b.closed = True
         if self._sticky.get(b.tp[0]) == b.tp[1]:
             del self._sticky[b.tp[0]]  # the next null-key record picks a new partition
@@ -444,6 +386,11 @@ class Producer:
     # --- the driver -------------------------------------------------------------------------
     def _drive(self, wait_ms: int, *, flushing: bool, serve: bool) -> None:
         now = now_ms()
+        tm = self._tm
+        if tm is not None and tm.state is TxnState.FATAL_ERROR:
+            self._fail_waiting(tm.set_fatal(KwireError()), now)
+        elif tm is not None and tm.state is TxnState.ABORTABLE_ERROR and tm.pending:
+            self._fail_unadded(tm, now)
         self._place_parked(now)
         self._expire(now)
         self._send_ready(now, flushing)
@@ -457,7 +404,14 @@ class Producer:
 
     def _next_wake_ms(self, now: int, flushing: bool) -> int:
         t = now + 1000 if self._stats is None else min(now + 1000, self._stats.next_ms)
+        tm = self._tm
+        if tm is not None:
+            assert self._txc is not None
+            need_pid = not tm.transactional and not tm.has_identity and self._batches_waiting()
+            t = min(t, self._txc.next_wake_ms(now, need_pid))
         for tp, q in self._batches.items():
+            if tm is not None and tm.blocked(tp):
+                continue  # waits for a producer id or AddPartitionsToTxn: their answers wake us
             if q and tp not in self._busy:
                 b = q[0]
                 if b.attempts and 0 <= b.stale_metadata_ms >= self._md.updated_ms:
@@ -516,8 +470,21 @@ class Producer:
                 b = q.popleft()
                 err = KafkaTimeoutError(f"batch for {tp[0]}[{tp[1]}] timed out after {limit} ms "
                                         "(delivery.timeout.ms)")
+                if self._tm is not None and b.payload is not None:
+                    self._sequence_gap()
                 for msg in b.msgs:
                     self._report(msg, err, now)
+
+    def _fail_unadded(self, tm: TransactionManager, now: int) -> None:
+        """The transaction failed: batches still waiting for AddPartitionsToTxn fail with its
+        error (else commit_transaction's flush would wait for them in vain)."""
+        err = tm.error if tm.error is not None else KwireError("transaction failed")
+        for tp in list(tm.pending):
+            q = self._batches.get(tp)
+            while q:
+                for msg in q.popleft().msgs:
+                    self._report(msg, err, now)
+        tm.pending.clear()
 
     def _fail_waiting(self, error: KwireError, now: int) -> None:
         for q in list(self._parked.values()):
@@ -530,153 +497,3 @@ class Producer:
             while q:
                 for msg in q.popleft().msgs:
                     self._report(msg, error, now)
-
-    def _send_ready(self, now: int, flushing: bool) -> None:
-        by_node: dict[int, list[_Batch]] = {}
-        for tp, q in self._batches.items():
-            if not q or tp in self._busy:
-                continue
-            b = q[0]
-            if b.attempts and now < b.next_attempt_ms:
-                continue
-            if b.stale_metadata_ms >= 0:
-                # the leader was wrong: retry only once metadata newer than that answer came
-                # (else the retry goes to the same stale leader, as a race with the refresh)
-                if self._md.updated_ms <= b.stale_metadata_ms:
-                    self._md.request_update()
-                    continue
-                b.stale_metadata_ms = -1
-            if not (flushing or b.closed or len(q) > 1 or b.attempts or
-                    now - b.created_ms >= self._linger_ms):
-                continue
-            info = self._md.topic(tp[0])
-            if info is not None and info.partitions and tp[1] not in info.partitions \
-                    and self._md.updated_ms > b.created_ms:
-                q.popleft()
-                for msg in b.msgs:
-                    self._report(msg, for_code(_UNKNOWN_TOPIC, f"{tp[0]}[{tp[1]}]: {_UNKNOWN_PARTITION_MSG}"), now)
-                continue
-            leader = self._md.leader_for(*tp)
-            if leader is None:
-                self._md.add_topics([tp[0]])
-                self._md.request_update()
-                continue
-            q.popleft()
-            self._close_batch(b)
-            self._busy.add(tp)
-            by_node.setdefault(leader, []).append(b)
-        for node, batches in by_node.items():
-            self._send_produce(node, batches)
-
-    def _send_produce(self, node: int, batches: list[_Batch]) -> None:
-        for b in batches:
-            if b.payload is None:
-                b.payload = self._build_batch(
-                    [(m._key, m._value, m._headers, m._timestamp_ms) for m in b.msgs],
-                    compression=self._compression)
-        by_topic: dict[str, list[dict]] = {}
-        for b in batches:
-            by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.payload})
-        topic_ids = {t: self._md.topic_id(t) for t in by_topic}
-        acks, timeout_ms = self._acks, self._request_timeout_ms
-
-        def body(version: int) -> dict:
-            return {"transactional_id": None, "acks": acks, "timeout_ms": timeout_ms,
-                    "topic_data": [{"name": t, "topic_id": topic_ids[t] or ZERO_UUID, "partition_data": parts}
-                                   for t, parts in by_topic.items()]}
-
-        # Produce v13 names topics by id only: use it only when every id is known.
-        max_version = None if all(topic_ids.values()) else 12
-        if self._stats is not None:
-            self._stats.on_send(batches)
-        for b in batches:
-            self._flying[id(b)] = b
-        f = self._net.send(node, "Produce", body, timeout_ms=timeout_ms, max_version=max_version)
-        names = {tid: t for t, tid in topic_ids.items() if tid}
-        f.add_callback(lambda f: self._on_produce(f, batches, names))
-
-    def _on_produce(self, f, batches: list[_Batch], names_by_id: dict) -> None:
-        now = now_ms()
-        for b in batches:
-            self._busy.discard(b.tp)
-            self._flying.pop(id(b), None)
-        if self._stats is not None:
-            self._stats.on_done(batches)
-        if any(b.purged for b in batches):  # reported by purge() already
-            batches = [b for b in batches if not b.purged]
-        if f.error is not None:
-            if isinstance(f.error, (KafkaConnectionError, KafkaTimeoutError)):
-                self._md.request_update()  # the leader may have moved
-            for b in batches:
-                self._retry_or_fail(b, f.error, now)
-            return
-        if f.response is None:  # acks=0: written is all we will ever know
-            for b in batches:
-                if self._stats is not None:
-                    self._stats.on_acked(b)
-                for msg in b.msgs:
-                    self._report(msg, None, now)
-            return
-        results = {}
-        for t in f.response.get("responses", ()):
-            name = t.get("name") or names_by_id.get(t.get("topic_id"))
-            for p in t.get("partition_responses", ()):
-                results[(name, p["index"])] = p
-        for b in batches:
-            pr = results.get(b.tp)
-            if pr is None:
-                self._retry_or_fail(b, ProtocolError(f"Produce response lacks {b.tp[0]}[{b.tp[1]}]"), now)
-                continue
-            code = pr["error_code"]
-            if code:
-                err = for_code(code, pr.get("error_message"))
-                if err.invalid_metadata:
-                    self._md.request_update()
-                    b.stale_metadata_ms = self._md.updated_ms
-                self._retry_or_fail(b, err, now)
-                continue
-            base = pr["base_offset"]
-            append_ms = pr.get("log_append_time_ms", -1)
-            if self._stats is not None:
-                self._stats.on_acked(b)
-            for i, msg in enumerate(b.msgs):
-                msg._offset = base + i if base >= 0 else -1
-                # Like the Java client, trust a log-append time when the broker sends one.
-                # (librdkafka's mock cluster always sends 1234, whatever the topic's
-                # timestamp type; create_timestamp() still has the record's own.)
-                if append_ms is not None and append_ms >= 0:
-                    msg._timestamp_type = TIMESTAMP_LOG_APPEND_TIME
-                    msg._timestamp_ms = append_ms
-                self._report(msg, None, now)
-
-    def _retry_or_fail(self, b: _Batch, err: KwireError, now: int) -> None:
-        retriable = isinstance(err, (KafkaConnectionError, KafkaTimeoutError)) or \
-            (isinstance(err, BrokerError) and err.retriable)
-        first = b.msgs[0]._created_ms
-        if retriable and b.attempts < self._retries and now - first < self._delivery_timeout_ms:
-            b.attempts += 1
-            b.next_attempt_ms = now + self._retry_backoff_ms
-            self._batches.setdefault(b.tp, deque()).appendleft(b)
-            return
-        for msg in b.msgs:
-            self._report(msg, err, now)
-
-    def _report(self, msg: DeliveryReport, err: KwireError | None, now: int) -> None:
-        msg._error = err
-        msg._delivered_ms = now
-        if err is not None:
-            msg._offset = -1001
-        self._reports.append(msg)
-
-    def _serve_reports(self) -> int:
-        if self._stats is not None:
-            self._stats.maybe_emit(self, now_ms())
-        served = 0
-        while self._reports:
-            msg = self._reports.popleft()
-            self._outstanding -= 1
-            served += 1
-            cb = msg._on_delivery
-            if cb is not None:
-                cb(msg._error, msg)
-        return served
