@@ -29,8 +29,8 @@ from typing import Any
 
 from .config import Config, parse_config
 from .consumer.types import OffsetAndMetadata
-from .errors import BrokerError, KafkaTimeoutError, TopicAlreadyExistsError, for_code  # noqa: F401
-from .net import ClusterSnapshot, Metadata, NetworkClient
+from .errors import BrokerError, KafkaTimeoutError, KwireError, TopicAlreadyExistsError, for_code  # noqa: F401
+from .net import BrokerInfo, ClusterSnapshot, Metadata, NetworkClient
 from .protocol.api import decode_assignment
 from .protocol.schema import ZERO_UUID
 
@@ -117,6 +117,14 @@ class ListedOffset:
 
 
 @dataclass(frozen=True)
+class LogBounds:
+    """Where a partition's log starts and ends (the next offset to be written; under
+    read_committed the last stable offset)."""
+    log_start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class PartitionDescription:
     """One partition of a described topic: its leader (None when it has none), replicas and
     in-sync replicas, as brokers (a replica the metadata does not list has host "" and port -1)."""
@@ -165,9 +173,14 @@ def _ms(timeout_s: float | None, default_ms: int) -> int:
 class Admin:
     """Admin operations over one :class:`~kwire.net.NetworkClient` (blocking calls)."""
 
-    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer=None):
+    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer=None,
+                 network: NetworkClient | None = None):
+        """``network``: an open NetworkClient to share (its owner closes it; :meth:`close` does
+        not), e.g. a Spark plan's offset look-ups and their group calls over one pool."""
         self.config = config if isinstance(config, Config) else parse_config(config or {}, role="admin")
-        self._net = NetworkClient(self.config, tracer=tracer, auto_metadata=False)
+        self._owns_net = network is None
+        self._net = network if network is not None else NetworkClient(
+            self.config, tracer=tracer, auto_metadata=False)
 
     @property
     def network(self) -> NetworkClient:
@@ -576,15 +589,31 @@ class Admin:
                 break
         return out
 
+    def find_coordinator(self, group_id: str, timeout: float | None = 30.0) -> BrokerNode:
+        """The group's coordinator (FindCoordinator), asked again while the cluster has none
+        ready (COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR)
+        within ``timeout``; other errors raise."""
+        res = self._per_group([group_id], lambda node, g, timeout_ms: node, timeout)[group_id]
+        if isinstance(res, BaseException):
+            raise res
+        b = self._net.metadata.broker(res)
+        assert b is not None  # (_find_coordinator learned it)
+        return BrokerNode(b.node_id, b.host, b.port, b.rack)
+
     def _find_coordinator(self, group_id: str, timeout_ms: int) -> int | BrokerError:
         resp = self._call(None, "FindCoordinator",
                           {"key": group_id, "key_type": 0, "coordinator_keys": [group_id]}, timeout_ms)
-        c = resp["coordinators"][0] if resp.get("coordinators") else resp
+        c = next((c for c in resp["coordinators"] if c.get("key") == group_id),
+                 resp["coordinators"][0]) if resp.get("coordinators") else resp
         err = _err(c["error_code"], c.get("error_message"), group=group_id)
         if err is not None:
             return err
-        self._know_broker(c["node_id"], timeout_ms)
-        return c["node_id"]
+        node = c["node_id"]
+        self._know_broker(node, timeout_ms)
+        md = self._net.metadata
+        if md.broker(node) is None:  # a coordinator the metadata does not list: its address
+            md.brokers[node] = BrokerInfo(node, c["host"], c["port"])
+        return node
 
     # --- partitions' offsets, the cluster ---------------------------------------------------------
     def list_offsets(self, specs: Mapping[tuple[str, int], int], timeout: float | None = 30.0, *,
@@ -624,6 +653,89 @@ class Admin:
                     out[key] = err if err is not None else ListedOffset(
                         p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
         return _results({k: out.get(k) for k in specs}, raise_on_error)
+
+    def log_bounds(self, partitions: Iterable[tuple[str, int]], timeout: float | None = 30.0, *,
+                   isolation_level: str = "read_uncommitted", raise_on_error: bool = True
+                   ) -> dict[tuple[str, int], LogBounds | BrokerError]:
+        """Where each partition's log starts and ends, as its leader says.
+
+        ListOffsets answers the earliest and the latest offset; a Fetch at the latest that
+        reads nothing confirms both: the end is the larger of ListOffsets' answer and the
+        Fetch's high watermark (its last stable offset under read_committed), the start the
+        larger of the earliest and the Fetch's log start offset.  (Tansu 0.6 answers
+        ListOffsets(latest) with the last batch's base offset + 1, short of the end.)  When
+        the Fetch fails, ListOffsets' answers stand."""
+        tps = list(dict.fromkeys(partitions))
+        if not tps:
+            return {}
+        earliest = self.list_offsets({tp: EARLIEST for tp in tps}, timeout,
+                                     isolation_level=isolation_level, raise_on_error=False)
+        latest = self.list_offsets({tp: LATEST for tp in tps}, timeout,
+                                   isolation_level=isolation_level, raise_on_error=False)
+        out: dict[tuple[str, int], Any] = {}
+        at: dict[tuple[str, int], int] = {}
+        for tp in tps:
+            e, l_ = earliest[tp], latest[tp]
+            if isinstance(e, BaseException) or isinstance(l_, BaseException):
+                out[tp] = e if isinstance(e, BaseException) else l_
+            else:
+                at[tp] = l_.offset
+        marks = self.fetch_watermarks(at, timeout, isolation_level=isolation_level)
+        for tp, end in at.items():
+            start = earliest[tp].offset  # type: ignore[union-attr]
+            hw, fetched_start = marks.get(tp, (end, -1))
+            out[tp] = LogBounds(max(start, fetched_start), max(end, hw))
+        return _results({tp: out[tp] for tp in tps}, raise_on_error)
+
+    def fetch_watermarks(self, at: Mapping[tuple[str, int], int], timeout: float | None = 30.0, *,
+                         isolation_level: str = "read_uncommitted"
+                         ) -> dict[tuple[str, int], tuple[int, int]]:
+        """``{tp: (end, log start)}`` as each leader reports them to a Fetch at ``at[tp]`` that
+        reads nothing: the end is the high watermark, under read_committed the last stable
+        offset.  Partitions whose leader is unknown or whose Fetch failed are left out (the
+        caller's ListOffsets answer stands for them)."""
+        if not at:
+            return {}
+        timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
+        read_committed = isolation_level == "read_committed"
+        snap = self.list_topics({t for t, _ in at}, timeout_ms / 1000)
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for (t, p) in sorted(at):
+            info = snap.topics.get(t)
+            part = None if info is None else info.partitions.get(p)
+            if part is not None and part.leader >= 0:
+                by_leader.setdefault(part.leader, {}).setdefault(t, []).append(p)
+        pending = []
+        for leader, topics in by_leader.items():
+            ids = {t: snap.topics[t].topic_id for t in topics}
+            # max_wait_ms 1, not 0: Tansu answers a zero-wait Fetch with no partitions at all.
+            body = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 0, "max_bytes": 1,
+                    "isolation_level": 1 if read_committed else 0, "session_id": 0,
+                    "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                    "topics": [{"topic": t, "topic_id": ids[t], "partitions": [
+                        {"partition": p, "fetch_offset": at[(t, p)], "partition_max_bytes": 1,
+                         "current_leader_epoch": -1, "log_start_offset": -1,
+                         "last_fetched_epoch": -1} for p in ps]} for t, ps in topics.items()]}
+            cap = 12 if any(i == ZERO_UUID for i in ids.values()) else None  # v13+: ids only
+            pending.append((self._net.send(leader, "Fetch", body, max_version=cap, min_version=4,
+                                           timeout_ms=timeout_ms), ids))
+        out: dict[tuple[str, int], tuple[int, int]] = {}
+        for f, ids in pending:
+            try:
+                resp = self._net.wait(f).result()
+            except KwireError:
+                continue  # ListOffsets' answers stand
+            names = {tid: t for t, tid in ids.items()}
+            for t in resp["responses"]:
+                name = t.get("topic") or names.get(t.get("topic_id"))
+                for p in t["partitions"]:
+                    if p["error_code"]:
+                        continue
+                    end = p["high_watermark"]
+                    if read_committed and p.get("last_stable_offset", -1) >= 0:
+                        end = p["last_stable_offset"]
+                    out[(name, p["partition_index"])] = (end, p.get("log_start_offset", -1))
+        return out
 
     def describe_topics(self, topics: Iterable[str], timeout: float | None = 30.0, *,
                         include_authorized_operations: bool = False, raise_on_error: bool = True
@@ -705,7 +817,8 @@ class Admin:
         return cid if cid >= 0 and md.broker(cid) is not None else None
 
     def close(self) -> None:
-        self._net.close()
+        if self._owns_net:
+            self._net.close()
 
     def __enter__(self) -> Admin:
         return self

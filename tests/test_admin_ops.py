@@ -187,3 +187,67 @@ def test_list_offsets_and_describe_cluster(admin, kafka, unique_topic):
     assert d.cluster_id == snap.cluster_id and d.controller_id == snap.controller_id
     assert {(b.id, b.host, b.port) for b in d.brokers} == \
         {(b.node_id, b.host, b.port) for b in snap.brokers.values()}
+
+
+def test_find_coordinator_and_log_bounds(admin, kafka, unique_topic):
+    """The two procedures the CLI and Spark share: the group's coordinator (asked again while
+    none is ready), and each log's bounds, the end confirmed by a Fetch -- under
+    read_committed the last stable offset, before an open transaction's records."""
+    import confluent_kafka
+
+    topic = unique_topic
+    admin.create_topics([(topic, 3, 1)], wait_for_leaders=True)
+    _produce(kafka.bootstrap, topic, {0: 7, 1: 3})
+    admin.delete_records({(topic, 0): 4})
+    tx = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap,
+                                   "transactional.id": f"bounds-{topic}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    for i in range(5):
+        tx.produce(topic, b"open%d" % i, partition=1)
+    assert tx.flush(30) == 0  # written, not committed: the last stable offset stays at 3
+    try:
+        tps = [(topic, 0), (topic, 1), (topic, 2), (topic + "-missing", 0)]
+        plain = admin.log_bounds(tps, raise_on_error=False)
+        assert (plain[(topic, 0)].log_start, plain[(topic, 0)].end) == (4, 7)
+        assert (plain[(topic, 1)].log_start, plain[(topic, 1)].end) == (0, 8)
+        assert (plain[(topic, 2)].log_start, plain[(topic, 2)].end) == (0, 0)
+        assert isinstance(plain[(topic + "-missing", 0)], UnknownTopicOrPartitionError)
+        committed = admin.log_bounds([(topic, 1)], isolation_level="read_committed")
+        assert committed[(topic, 1)].end == 3
+        with pytest.raises(UnknownTopicOrPartitionError):
+            admin.log_bounds([(topic + "-missing", 0)])
+    finally:
+        tx.abort_transaction(30)
+    # the coordinator of a group that does not exist yet: the broker names it all the same
+    node = admin.find_coordinator(f"g-{topic}")
+    snap = admin.list_topics()
+    b = snap.brokers[node.id]
+    assert (node.host, node.port) == (b.host, b.port)
+
+
+def test_group_calls_ask_again_while_the_coordinator_is_not_ready():
+    """A group call answered COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR (librdkafka's mock
+    cluster, told to) finds the coordinator again and asks again, within its timeout; the
+    coordinator is the broker the cluster was told to use."""
+    import confluent_kafka
+
+    from .mock_control import ControlledMockCluster
+
+    with ControlledMockCluster(3) as mc:
+        p = confluent_kafka.Producer({"bootstrap.servers": mc.bootstrap})
+        p.produce("t-admin", b"x", partition=0)  # (the mock creates the topic)
+        assert p.flush(10) == 0
+        mc.set_coordinator("g-moved", 3)
+        events: list = []
+        with Admin({"bootstrap.servers": mc.bootstrap, "retry.backoff.ms": 20}, tracer=events.append) as a:
+            assert a.find_coordinator("g-moved", timeout=20).id == 3
+            assert a.alter_consumer_group_offsets("g-moved", {("t-admin", 0): 5}) == {("t-admin", 0): None}
+            mc.push_request_errors(9, 14, 2)  # OffsetFetch: COORDINATOR_LOAD_IN_PROGRESS twice
+            mc.push_request_errors(9, 16, 1)  # then NOT_COORDINATOR
+            del events[:]
+            got = a.list_consumer_group_offsets("g-moved", [("t-admin", 0)], timeout=20)
+            assert got[("t-admin", 0)].offset == 5
+            sent = [(e["api"], e["node_id"]) for e in events if e["direction"] == "send"]
+            assert [api for api, _ in sent] == ["FindCoordinator", "OffsetFetch"] * 4
+            assert {node for api, node in sent if api == "OffsetFetch"} == {3}

@@ -24,17 +24,14 @@ import argparse
 import sys
 import time
 
+from ..admin import Admin
 from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError, for_code
 from ..net.metadata import BrokerInfo
 from ..protocol import api as P
-from ..protocol.schema import ZERO_UUID
 from .cluster import open_admin, snapshot
 from .common import CommandError, Out, add_common, add_format, cell, error_name, timeout_ms_of
 
 _GROUP_ID_NOT_FOUND = 69
-_COORDINATOR_RETRY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
-_RETRY_BACKOFF_S = 0.2
-_EARLIEST, _LATEST = -2, -1
 
 
 # --- requests to a group's coordinator -----------------------------------------------------------
@@ -50,24 +47,13 @@ class _Deadline:
         return time.monotonic() >= self.end
 
 
-def find_coordinator(net, group: str, deadline: _Deadline) -> BrokerInfo:
-    """The group's coordinator (retrying while the cluster is still electing one)."""
-    while True:
-        resp = net.request(None, "FindCoordinator",
-                           lambda v: {"key": group, "key_type": 0, "coordinator_keys": [group]},
-                           deadline.left_ms())
-        c = resp["coordinators"][0] if resp.get("coordinators") else resp
-        code = c.get("error_code", 0)
-        if code == 0:
-            break
-        if code not in _COORDINATOR_RETRY or deadline.passed():
-            raise CommandError(f"no coordinator for group {group!r}: {for_code(code, c.get('error_message'))}")
-        time.sleep(_RETRY_BACKOFF_S)
-    node = c["node_id"]
-    md = net.metadata
-    if md.broker(node) is None:  # a coordinator the metadata did not list: learn its address
-        md.brokers[node] = BrokerInfo(node, c["host"], c["port"])
-    return md.broker(node)
+def find_coordinator(admin: Admin, group: str, deadline: _Deadline) -> BrokerInfo:
+    """The group's coordinator (Admin.find_coordinator retries while none is ready)."""
+    try:
+        node = admin.find_coordinator(group, timeout=deadline.left_ms() / 1000)
+    except BrokerError as exc:
+        raise CommandError(f"no coordinator for group {group!r}: {exc}") from None
+    return BrokerInfo(node.id, node.host, node.port, node.rack)
 
 
 def describe_group(net, node: int, group: str, deadline: _Deadline) -> dict | None:
@@ -157,82 +143,18 @@ def offset_fetch(net, node: int, group: str, topics: dict[str, list[int]] | None
     return out
 
 
-def log_bounds(net, snap, tps: list[tuple[str, int]], deadline: _Deadline) -> dict[tuple[str, int], dict]:
-    """Per partition: {"log_start", "end", "error"} from its leader."""
-    by_leader: dict[int, list[tuple[str, int]]] = {}
+def log_bounds(admin: Admin, tps: list[tuple[str, int]], deadline: _Deadline
+               ) -> dict[tuple[str, int], dict]:
+    """Per partition: {"log_start", "end", "error"} (Admin.log_bounds: ListOffsets confirmed
+    by a Fetch)."""
     out: dict[tuple[str, int], dict] = {}
-    for tp in tps:
-        info = snap.topics.get(tp[0])
-        part = None if info is None else info.partitions.get(tp[1])
-        if part is None or part.leader < 0:
+    for tp, b in admin.log_bounds(tps, timeout=deadline.left_ms() / 1000, raise_on_error=False).items():
+        if isinstance(b, BaseException):
+            code = getattr(b, "code", None)
             out[tp] = {"log_start": None, "end": None,
-                       "error": "UNKNOWN_TOPIC_OR_PARTITION" if part is None else "LEADER_NOT_AVAILABLE"}
-            continue
-        by_leader.setdefault(part.leader, []).append(tp)
-    pending = []
-    for leader, group in by_leader.items():
-        for ts in (_EARLIEST, _LATEST):
-            body = {"replica_id": -1, "isolation_level": 0, "timeout_ms": deadline.left_ms(),
-                    "topics": [{"name": t, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
-                                                           "timestamp": ts} for tt, p in group if tt == t]}
-                               for t in sorted({t for t, _ in group})]}
-            pending.append((ts, net.send(leader, "ListOffsets", body, min_version=1, timeout_ms=deadline.left_ms())))
-    listed: dict[int, dict[tuple[str, int], int]] = {_EARLIEST: {}, _LATEST: {}}
-    for ts, f in pending:
-        for t in net.wait(f).result()["topics"]:
-            for p in t["partitions"]:
-                tp = (t["name"], p["partition_index"])
-                if p["error_code"]:
-                    out[tp] = {"log_start": None, "end": None, "error": error_name(p["error_code"])}
-                else:
-                    listed[ts][tp] = p["offset"]
-    marks = _high_watermarks(net, snap, by_leader, listed[_LATEST], deadline)
-    for tps_ in by_leader.values():
-        for tp in tps_:
-            if tp in out:
-                continue
-            end = listed[_LATEST].get(tp)
-            hw, start = marks.get(tp, (None, None))
-            if end is not None and hw is not None:
-                end = max(end, hw)
-            log_start = listed[_EARLIEST].get(tp)
-            if start is not None and start >= 0 and log_start is not None:
-                log_start = max(log_start, start)
-            out[tp] = {"log_start": log_start, "end": end, "error": None}
-    return out
-
-
-def _high_watermarks(net, snap, by_leader, at, deadline) -> dict[tuple[str, int], tuple[int, int]]:
-    """(high watermark, log start) per partition from a Fetch at ``at[tp]`` that reads nothing."""
-    pending = []
-    for leader, tps in by_leader.items():
-        tps = [tp for tp in tps if tp in at]
-        if not tps:
-            continue
-        topics = sorted({t for t, _ in tps})
-        ids = {t: snap.topics[t].topic_id for t in topics}
-        # max_wait_ms 1, not 0: Tansu answers a zero-wait Fetch with no partitions at all.
-        body = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 0, "max_bytes": 1, "isolation_level": 0,
-                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
-                "topics": [{"topic": t, "topic_id": ids[t], "partitions": [
-                    {"partition": p, "fetch_offset": at[(t, p)], "partition_max_bytes": 1,
-                     "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}
-                    for tt, p in tps if tt == t]} for t in topics]}
-        cap = 12 if any(i == ZERO_UUID for i in ids.values()) else None  # v13+ names topics by id
-        pending.append((net.send(leader, "Fetch", body, max_version=cap, min_version=4,
-                                 timeout_ms=deadline.left_ms()), ids))
-    out = {}
-    for f, ids in pending:
-        try:
-            resp = net.wait(f).result()
-        except KwireError:
-            continue  # ListOffsets' answer stands
-        names = {tid: t for t, tid in ids.items()}
-        for t in resp["responses"]:
-            name = t.get("topic") or names.get(t.get("topic_id"))
-            for p in t["partitions"]:
-                if not p["error_code"]:
-                    out[(name, p["partition_index"])] = (p["high_watermark"], p.get("log_start_offset", -1))
+                       "error": (error_name(code) if code is not None else None) or type(b).__name__}
+        else:
+            out[tp] = {"log_start": b.log_start, "end": b.end, "error": None}
     return out
 
 
@@ -299,7 +221,7 @@ def run_groups(args) -> int:
     with plog, admin:
         net = admin.network
         if args.describe is not None:
-            return _describe(args, net, deadline)
+            return _describe(args, admin, deadline)
         snap = snapshot(admin, args, [])
         found: dict[str, dict] = {}
         failures = []
@@ -333,10 +255,11 @@ def run_groups(args) -> int:
     return 1 if failures else 0
 
 
-def _describe(args, net, deadline: _Deadline) -> int:
+def _describe(args, admin: Admin, deadline: _Deadline) -> int:
     group = args.describe
+    net = admin.network
     net.refresh_metadata([], deadline.left_ms())
-    coordinator = find_coordinator(net, group, deadline)
+    coordinator = find_coordinator(admin, group, deadline)
     desc = describe_group(net, coordinator.node_id, group, deadline)
     classic = desc is not None and desc["error_code"] == 0 and bool(desc["members"] or desc["protocol_type"])
     if not classic:
@@ -456,7 +379,7 @@ def run_offsets(args) -> int:
     with plog, admin:
         net = admin.network
         topics_snap = snapshot(admin, args, args.topic) if args.topic else None
-        coordinator = find_coordinator(net, group, deadline)
+        coordinator = find_coordinator(admin, group, deadline)
         node = coordinator.node_id
         wanted = None
         if topics_snap is not None:
@@ -485,12 +408,9 @@ def run_offsets(args) -> int:
                                    "describe groups)")
         if wanted is not None:
             tps = [(t, p) for t, ps in sorted(wanted.items()) for p in ps]
-            snap = topics_snap
         else:
             tps = sorted(committed)
-            names = sorted({t for t, _ in tps})
-            snap = admin.list_topics(names, timeout=max(0.1, deadline.left_ms() / 1000)) if names else None
-        bounds = log_bounds(net, snap, tps, deadline) if tps else {}
+        bounds = log_bounds(admin, tps, deadline) if tps else {}
     owners = _owners(desc)
     rows = []
     total = 0

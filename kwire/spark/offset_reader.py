@@ -26,17 +26,17 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 
+from ..admin import Admin
+from ..consumer.types import OffsetAndMetadata
 from ..errors import (
     BrokerError,
     CommitFailedError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KwireError,
-    error_class,
     for_code,
 )
 from ..net import NetworkClient
-from ..net.metadata import BrokerInfo
 from ..protocol.schema import ZERO_UUID
 from . import planner
 from .options import SourceOptions
@@ -70,6 +70,7 @@ class OffsetReader:
         self._client = client
         self._config = options.config()
         self._coordinators: dict[str, int] = {}
+        self._admin: Admin | None = None
 
     # --- connection ---------------------------------------------------------------------------
     @property
@@ -86,8 +87,16 @@ class OffsetReader:
             self._client = client
         return self._client
 
+    @property
+    def admin(self) -> Admin:
+        """Admin over the same connections: the group look-ups and log bounds live there."""
+        if self._admin is None:
+            self._admin = Admin(self._config, network=self.client)
+        return self._admin
+
     def close(self) -> None:
         client, self._client = self._client, None
+        self._admin = None
         if client is not None:
             client.close()
 
@@ -265,68 +274,19 @@ class OffsetReader:
         return {tp: max(o, marks.get(tp, o)) for tp, o in listed.items()}
 
     def _watermarks(self, at: Mapping[TP, int]) -> dict[TP, int]:
-        """Per partition, the end the broker reports to a Fetch at ``at[tp]`` (reading nothing)."""
-        client = self.client
-        md = client.metadata
-        iso = self.options.isolation_level
-        by_leader: dict[int, dict[str, list[TP]]] = {}
-        for tp in sorted(at):
-            leader = md.leader_for(*tp)
-            if leader is None:
-                raise for_code(5, f"no leader for {tp[0]}-{tp[1]}")
-            by_leader.setdefault(leader, {}).setdefault(tp[0], []).append(tp)
-        pending = []
-        for leader, topics in by_leader.items():
-            ids = {t: md.topic_id(t) for t in topics}
-            version = None
-            if any(tid is None for tid in ids.values()):
-                version = min(12, client.api_version(leader, "Fetch"))
-            # max_wait_ms 1, not 0: Tansu answers a zero-wait Fetch with no partitions at all.
-            body = {"replica_id": -1, "max_wait_ms": 1, "min_bytes": 0, "max_bytes": 1,
-                    "isolation_level": iso, "session_id": 0, "session_epoch": -1,
-                    "forgotten_topics_data": [], "rack_id": "",
-                    "topics": [{"topic": t, "topic_id": ids[t] or ZERO_UUID, "partitions": [
-                        {"partition": p, "fetch_offset": at[(t, p)], "partition_max_bytes": 1,
-                         "current_leader_epoch": -1, "log_start_offset": -1, "last_fetched_epoch": -1}
-                        for _, p in tps]} for t, tps in topics.items()]}
-            pending.append((client.send(leader, "Fetch", body, version=version), ids))
-        out: dict[TP, int] = {}
-        for f, ids in pending:
-            client.wait(f)
-            resp = f.result()
-            names = {tid: t for t, tid in ids.items() if tid is not None}
-            for t in resp["responses"]:
-                name = t.get("topic") or names.get(t.get("topic_id"))
-                for p in t["partitions"]:
-                    if p["error_code"]:
-                        continue  # ListOffsets' answer stands
-                    end = p["high_watermark"]
-                    if iso and p.get("last_stable_offset", -1) >= 0:
-                        end = p["last_stable_offset"]
-                    out[(name, p["partition_index"])] = end
-        return out
+        """Per partition, the end the broker reports to a Fetch at ``at[tp]`` (reading nothing;
+        Admin's log-bounds confirmation)."""
+        marks = self.admin.fetch_watermarks(
+            at, self._config.request_timeout_ms / 1000,
+            isolation_level="read_committed" if self.options.isolation_level else "read_uncommitted")
+        return {tp: end for tp, (end, _start) in marks.items()}
 
     # --- groups -------------------------------------------------------------------------------
     def coordinator(self, group: str) -> int:
         node = self._coordinators.get(group)
-        if node is not None:
-            return node
-        client = self.client
-        resp = client.request(None, "FindCoordinator",
-                              lambda v: {"key": group, "key_type": 0, "coordinator_keys": [group]})
-        if "coordinators" in resp and resp.get("coordinators"):
-            c = resp["coordinators"][0]
-        else:
-            c = resp
-        if c.get("error_code"):
-            raise for_code(c["error_code"], f"FindCoordinator for group {group!r}: {c.get('error_message') or ''}".rstrip(": "))
-        node = c["node_id"]
-        if client.metadata.broker(node) is None:
-            client.refresh_metadata()
-            if client.metadata.broker(node) is None:
-                # The coordinator is not in the metadata we have: teach the cache its address.
-                client.metadata.brokers[node] = BrokerInfo(node, c["host"], c["port"])
-        self._coordinators[group] = node
+        if node is None:
+            node = self._coordinators[group] = self.admin.find_coordinator(
+                group, timeout=self._config.request_timeout_ms / 1000).id
         return node
 
     def committed(self, group: str, tps: Iterable[TP]) -> dict[TP, int | None]:
@@ -344,43 +304,17 @@ class OffsetReader:
                               lambda: self._committed(group, tps))
 
     def _committed(self, group: str, tps: list[TP]) -> tuple[dict[TP, int | None], dict]:
-        topics: dict[str, list[int]] = {}
-        for t, p in tps:
-            topics.setdefault(t, []).append(p)
-
-        self._learn_topic_ids(topics)
-
-        def body(v: int) -> dict:
-            return {
-                "group_id": group, "require_stable": True,
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
-                "groups": [{"group_id": group, "member_id": None, "member_epoch": -1,
-                            "topics": [{"name": t, "topic_id": self.topic_id(t), "partition_indexes": ps}
-                                       for t, ps in topics.items()]}],
-            }
-
-        resp = self.client.request(self.coordinator(group), "OffsetFetch", body)
-        if "groups" in resp and resp["groups"]:
-            g = resp["groups"][0]
-            err, resp_topics = g.get("error_code", 0), g["topics"]
-        else:
-            err, resp_topics = resp.get("error_code", 0), resp.get("topics", [])
-        if err:
-            raise for_code(err, f"OffsetFetch for group {group!r}")
+        self._learn_topic_ids({t for t, _ in tps})  # (topic_ids() answers from them next)
+        got = self.admin.list_consumer_group_offsets(
+            group, tps, timeout=self._config.request_timeout_ms / 1000, require_stable=True)
         out: dict[TP, int | None] = {tp: None for tp in tps}
         ids: dict = {}
-        md = self.client.metadata
-        for t in resp_topics:
-            name = t.get("name") or md.topic_name(t.get("topic_id"))
-            for p in t["partitions"]:
-                if p["error_code"]:
-                    raise for_code(p["error_code"], f"OffsetFetch for group {group!r}, {name}-{p['partition_index']}")
-                tp = (name, p["partition_index"])
-                if tp in out:
-                    out[tp] = p["committed_offset"] if p["committed_offset"] >= 0 else None
-                    tid = _committed_topic_id(p.get("metadata"))
-                    if out[tp] is not None and tid is not None:
-                        ids[name] = tid
+        for tp, om in got.items():
+            if tp in out and om.offset >= 0:
+                out[tp] = om.offset
+                tid = _committed_topic_id(om.metadata)
+                if tid is not None:
+                    ids[tp[0]] = tid
         return out, ids
 
     def commit(self, group: str, offsets: Mapping[TP, int], metadata: str | None = None) -> None:
@@ -392,37 +326,26 @@ class OffsetReader:
         self._retrying(f"committing offsets to group {group!r}", lambda: self._commit(group, offsets, metadata))
 
     def _commit(self, group: str, offsets: Mapping[TP, int], metadata: str | None) -> None:
-        topics: dict[str, list[dict]] = {}
         md = self.client.metadata
+        self._learn_topic_ids({t for t, _ in offsets})
+        oms = {}
         for (t, p), o in sorted(offsets.items()):
             part = md.partition(t, p)
-            topics.setdefault(t, []).append({
-                "partition_index": p, "committed_offset": int(o), "committed_metadata": metadata,
-                "committed_leader_epoch": part.leader_epoch if part is not None else -1})
-        self._learn_topic_ids(topics)
-        if metadata is None:
-            for t, ps in topics.items():
+            meta = metadata
+            if meta is None:
                 tid = md.topic_id(t)
-                for p in ps:
-                    p["committed_metadata"] = None if tid is None else f"{_TOPIC_ID_METADATA}{tid}"
-
-        def body(v: int) -> dict:
-            return {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                    "group_instance_id": None,
-                    "topics": [{"name": t, "topic_id": self.topic_id(t), "partitions": ps}
-                               for t, ps in topics.items()]}
-
-        resp = self.client.request(self.coordinator(group), "OffsetCommit", body)
+                meta = None if tid is None else f"{_TOPIC_ID_METADATA}{tid}"
+            oms[(t, p)] = OffsetAndMetadata(int(o), part.leader_epoch if part is not None else None, meta)
+        res = self.admin.alter_consumer_group_offsets(
+            group, oms, timeout=self._config.request_timeout_ms / 1000, raise_on_error=False)
         failed = []
         retriable = []
-        for t in resp["topics"]:
-            name = t.get("name") or md.topic_name(t.get("topic_id"))
-            for p in t["partitions"]:
-                code = p["error_code"]
-                if code:
-                    if error_class(code).retriable or code in _COORDINATOR_ERRORS:
-                        retriable.append(for_code(code, f"OffsetCommit for group {group!r}"))
-                    failed.append(f"{name}-{p['partition_index']}: {for_code(code)}")
+        for (name, p), err in sorted(res.items()):
+            if err is None:
+                continue
+            if err.retriable or err.code in _COORDINATOR_ERRORS:
+                retriable.append(err)
+            failed.append(f"{name}-{p}: {err}")
         if failed and len(retriable) == len(failed):  # e.g. a loading coordinator: every partition says so
             raise retriable[0]
         if failed:
