@@ -382,22 +382,23 @@ def test_streaming_driver_killed_twice_sink_holds_every_record_once(kafka, spark
 # --- found here -----------------------------------------------------------------------------------
 
 def _loading_commits(reader, times: int) -> list:
-    """Make ``reader``'s client answer its first ``times`` OffsetCommits with
+    """Make ``reader``'s first ``times`` OffsetCommits (sent through its Admin) come back with
     COORDINATOR_LOAD_IN_PROGRESS (14) on every partition; the rest go to the broker.  Returns
     the list the intercepted request bodies are appended to."""
     answered: list = []
-    request = reader.client.request
+    admin = reader.admin
+    call = admin._call
 
     def loading(node, api, body, *args, **kw):
         if api != "OffsetCommit" or len(answered) >= times:
-            return request(node, api, body, *args, **kw)
+            return call(node, api, body, *args, **kw)
         sent = body(9) if callable(body) else body
         answered.append(sent)
         return {"throttle_time_ms": 0, "topics": [
             {"name": t["name"], "partitions": [{"partition_index": p["partition_index"], "error_code": 14}
                                                for p in t["partitions"]]} for t in sent["topics"]]}
 
-    reader.client.request = loading
+    admin._call = loading
     return answered
 
 
