@@ -25,22 +25,31 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from .config import Config, parse_config
 from .consumer.types import OffsetAndMetadata
-from .errors import BrokerError, KafkaTimeoutError, KwireError, TopicAlreadyExistsError, for_code  # noqa: F401
+from .errors import (  # noqa: F401
+    BrokerError,
+    KafkaTimeoutError,
+    KwireError,
+    ProtocolError,
+    TopicAlreadyExistsError,
+    UnsupportedVersionError,
+    for_code,
+)
 from .net import BrokerInfo, ClusterSnapshot, Metadata, NetworkClient
 from .protocol.api import decode_assignment
 from .protocol.schema import ZERO_UUID
 
 __all__ = ["Admin", "NewTopic", "ClusterSnapshot", "ConfigEntry", "ConfigSynonym", "GroupListing",
-           "GroupMember", "GroupDescription", "ListedOffset", "ClusterDescription", "BrokerNode",
+           "GroupMember", "GroupDescription", "GroupListings", "ListedOffset", "ClusterDescription", "BrokerNode",
            "TopicDescription", "PartitionDescription",
            "RESOURCE_TOPIC", "RESOURCE_BROKER", "RESOURCE_BROKER_LOGGER", "RESOURCE_GROUP",
            "OP_SET", "OP_DELETE", "OP_APPEND", "OP_SUBTRACT", "EARLIEST", "LATEST", "MAX_TIMESTAMP"]
 
 _TOPIC_ALREADY_EXISTS = 36
+_GROUP_ID_NOT_FOUND = 69
 _COORDINATOR_RETRY = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
 
 # config resource types as on the wire (DescribeConfigs, IncrementalAlterConfigs)
@@ -84,11 +93,26 @@ class GroupListing:
 
 @dataclass(frozen=True)
 class GroupMember:
+    """A member of a group.  Classic groups (DescribeGroups): ``metadata`` and
+    ``assignment_data`` are the bytes the member and the leader sent (a consumer's
+    ConsumerProtocolSubscription / ConsumerProtocolAssignment), ``assignment`` the decoded
+    partitions.  KIP-848 groups (ConsumerGroupDescribe): ``member_epoch``, the subscription the
+    member sent (``subscribed_topics`` / ``subscribed_regex``), its current ``assignment`` and
+    the coordinator's ``target_assignment``; ``member_type`` "consumer", or "classic" for a
+    classic-protocol member inside a KIP-848 group."""
     member_id: str
     group_instance_id: str | None
     client_id: str
     client_host: str
     assignment: tuple[tuple[str, int], ...]  # (topic, partition) pairs; () if not a consumer's
+    metadata: bytes | None = None
+    assignment_data: bytes | None = None
+    member_epoch: int | None = None
+    target_assignment: tuple[tuple[str, int], ...] = ()
+    subscribed_topics: tuple[str, ...] = ()
+    subscribed_regex: str | None = None
+    rack_id: str | None = None
+    member_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,12 +125,28 @@ class BrokerNode:
 
 @dataclass(frozen=True)
 class GroupDescription:
+    """A group as its coordinator describes it.  ``type`` "classic" (DescribeGroups) or
+    "consumer" (a KIP-848 group, ConsumerGroupDescribe: ``protocol`` is the broker-side
+    assignor, ``group_epoch`` / ``assignment_epoch`` its epochs, ``topic_ids`` the ids of the
+    assigned topics)."""
     group_id: str
     state: str
     protocol_type: str
     protocol: str  # the assignor (consumer groups)
     members: tuple[GroupMember, ...]
     coordinator: BrokerNode
+    type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
+    topic_ids: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupListings:
+    """Every group the brokers listed (once each, with the broker that listed it as its
+    coordinator), and the brokers that could not list theirs."""
+    groups: tuple[GroupListing, ...]
+    errors: Mapping[int, KwireError]
 
 
 @dataclass(frozen=True)
@@ -403,66 +443,96 @@ class Admin:
                              ) -> list[GroupListing]:
         """Every group of the cluster (ListGroups to each broker), filtered by state ("Stable",
         "Empty", ...) and type ("classic", "consumer") when given.  A broker's error raises."""
-        listings, errors = self._list_groups(states, types, timeout)
-        if errors:
-            raise errors[0]
-        return listings
+        listed = self.list_groups(states, types, timeout)
+        if listed.errors:
+            raise next(iter(listed.errors.values()))
+        return list(listed.groups)
 
-    def _list_groups(self, states, types, timeout) -> tuple[list[GroupListing], list[BrokerError]]:
+    def list_groups(self, states: Iterable[str] | None = None, types: Iterable[str] | None = None,
+                    timeout: float | None = 30.0) -> GroupListings:
+        """Like :meth:`list_consumer_groups`, but a broker that cannot answer (an error code,
+        no ListGroups, a lost connection) is reported in ``errors`` beside the groups the
+        others listed."""
         timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
         self._net.refresh_metadata([], timeout_ms)
         body = {"states_filter": list(states or ()), "types_filter": list(types or ())}
         pending = [(b, self._net.send(b, "ListGroups", body, timeout_ms=timeout_ms))
                    for b in sorted(self._net.metadata.brokers)]
-        listings, errors = [], []
-        seen = set()
+        listings: dict[str, GroupListing] = {}
+        errors: dict[int, KwireError] = {}
         for b, f in pending:
-            resp = self._net.wait(f).result()
+            try:
+                resp = self._net.wait(f).result()
+            except KwireError as exc:
+                errors[b] = exc
+                continue
             err = _err(resp["error_code"], f"ListGroups on broker {b}")
             if err is not None:
-                errors.append(err)
+                errors[b] = err
                 continue
             for g in resp["groups"]:
-                if g["group_id"] in seen:
-                    continue
-                seen.add(g["group_id"])
-                listings.append(GroupListing(g["group_id"], g["protocol_type"],
-                                             g.get("group_state") or "", g.get("group_type") or "", b))
-        return listings, errors
+                listings.setdefault(g["group_id"], GroupListing(
+                    g["group_id"], g["protocol_type"], g.get("group_state") or "",
+                    g.get("group_type") or "", b))
+        return GroupListings(tuple(listings.values()), errors)
 
     def describe_consumer_groups(self, group_ids: Iterable[str], timeout: float | None = 30.0, *,
                                  raise_on_error: bool = True
-                                 ) -> dict[str, GroupDescription | BrokerError]:
-        """State, assignor and members (with their assigned partitions) of groups
-        (DescribeGroups to each group's coordinator).  A group that does not exist is
-        GroupIdNotFoundError (its ``coordinator`` set); brokers before DescribeGroups v6 describe
-        it as "Dead" instead."""
+                                 ) -> dict[str, GroupDescription | KwireError]:
+        """State, assignor and members (with their assigned partitions) of groups, asked of
+        each group's coordinator: DescribeGroups for classic groups, ConsumerGroupDescribe for
+        KIP-848 groups (tried when DescribeGroups does not describe a classic group: Kafka 4
+        answers it GROUP_ID_NOT_FOUND for a KIP-848 group).  A group that does not exist is
+        GroupIdNotFoundError (its ``coordinator`` set); brokers before DescribeGroups v6
+        describe it as "Dead" instead, and some (Tansu) as an "Empty" group with no protocol
+        type -- which is also what a group that only ever committed offsets looks like."""
         group_ids = list(group_ids)
 
         def one(node, g, timeout_ms):
-            resp = self._call(node, "DescribeGroups",
-                              {"groups": [g], "include_authorized_operations": False}, timeout_ms)
-            d = resp["groups"][0]
-            b = self._net.metadata.broker(node)
-            coord = BrokerNode(node, b.host, b.port, b.rack) if b else BrokerNode(node, "", -1)
+            coord = self._broker_node(node)
+            unsupported: UnsupportedVersionError | None = None
+            d = None
+            try:
+                resp = self._call(node, "DescribeGroups",
+                                  {"groups": [g], "include_authorized_operations": False}, timeout_ms)
+                d = next((x for x in resp["groups"] if x["group_id"] == g), None)
+            except UnsupportedVersionError as exc:
+                unsupported = exc
+            if d is None or not (d["error_code"] == 0 and (d["members"] or d["protocol_type"])):
+                k = self._describe_kip848(node, g, timeout_ms)
+                if isinstance(k, BrokerError):
+                    k.coordinator = coord
+                    return k
+                if k is not None and (k["members"] or k["group_epoch"] > 0):
+                    return _kip848_description(k, coord)
+            if d is None:
+                if unsupported is not None:
+                    unsupported.group = g
+                    return unsupported
+                raise ProtocolError(f"DescribeGroups answered without group {g!r}")
             err = _err(d["error_code"], d.get("error_message"), group=g, coordinator=coord)
             if err is not None:
                 return err
-            members = []
-            for m in d["members"]:
-                assignment: tuple = ()
-                if d["protocol_type"] == "consumer" and m["member_assignment"]:
-                    try:
-                        _, a = decode_assignment(m["member_assignment"])
-                        assignment = tuple((t["topic"], p) for t in a["assigned_partitions"]
-                                           for p in t["partitions"])
-                    except Exception:  # an assignment another client encoded its own way
-                        assignment = ()
-                members.append(GroupMember(m["member_id"], m.get("group_instance_id"),
-                                           m["client_id"], m["client_host"], assignment))
-            return GroupDescription(d["group_id"], d["group_state"], d["protocol_type"],
-                                    d["protocol_data"], tuple(members), coord)
+            return _classic_description(d, coord)
         return _results(self._per_group(group_ids, one, timeout), raise_on_error)
+
+    def _describe_kip848(self, node: int, g: str, timeout_ms: int) -> dict | BrokerError | None:
+        """The ConsumerGroupDescribe entry of ``g``; None when the coordinator has no
+        ConsumerGroupDescribe or ``g`` is no KIP-848 group (GROUP_ID_NOT_FOUND)."""
+        try:
+            resp = self._call(node, "ConsumerGroupDescribe",
+                              {"group_ids": [g], "include_authorized_operations": False}, timeout_ms)
+        except UnsupportedVersionError:
+            return None
+        k = next((x for x in resp["groups"] if x["group_id"] == g), None)
+        if k is None or k["error_code"] == _GROUP_ID_NOT_FOUND:
+            return None
+        err = _err(k["error_code"], k.get("error_message"), group=g)
+        return err if err is not None else k
+
+    def _broker_node(self, node: int) -> BrokerNode:
+        b = self._net.metadata.broker(node)
+        return BrokerNode(node, b.host, b.port, b.rack) if b else BrokerNode(node, "", -1)
 
     def delete_consumer_groups(self, group_ids: Iterable[str], timeout: float | None = 30.0, *,
                                raise_on_error: bool = True) -> dict[str, BrokerError | None]:
@@ -473,12 +543,28 @@ class Admin:
             return _err(r["error_code"], None, group=g)
         return _results(self._per_group(list(group_ids), one, timeout), raise_on_error)
 
+    @overload
     def list_consumer_group_offsets(self, group_id: str,
                                     partitions: Iterable[tuple[str, int]] | None = None,
-                                    timeout: float | None = 30.0, *, require_stable: bool = False
-                                    ) -> dict[tuple[str, int], OffsetAndMetadata]:
+                                    timeout: float | None = 30.0, *, require_stable: bool = False,
+                                    raise_on_error: Literal[True] = True
+                                    ) -> dict[tuple[str, int], OffsetAndMetadata]: ...
+
+    @overload
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[tuple[str, int]] | None = None,
+                                    timeout: float | None = 30.0, *, require_stable: bool = False,
+                                    raise_on_error: bool
+                                    ) -> dict[tuple[str, int], OffsetAndMetadata | BrokerError]: ...
+
+    def list_consumer_group_offsets(self, group_id: str,
+                                    partitions: Iterable[tuple[str, int]] | None = None,
+                                    timeout: float | None = 30.0, *, require_stable: bool = False,
+                                    raise_on_error: bool = True) -> dict[tuple[str, int], Any]:
         """The group's committed offsets (OffsetFetch): of ``partitions``, or (None) of every
-        partition it has committed.  A partition without a commit has offset -1."""
+        partition it has committed.  A partition without a commit has offset -1.  A
+        partition's error raises, or with ``raise_on_error=False`` is that partition's value;
+        an error of the whole group raises either way."""
         by_topic: dict[str, list[int]] | None = None
         if partitions is not None:
             by_topic = {}
@@ -491,29 +577,35 @@ class Admin:
                             "topics": topics}]}
 
         def one(node, g, timeout_ms):
-            resp = self._call(node, "OffsetFetch", body, timeout_ms, max_version=9)
+            # v10 names topics by id only; v2 is the first to take a null topic list ("all")
+            resp = self._call(node, "OffsetFetch", body, timeout_ms, max_version=9,
+                              min_version=2 if topics is None else None)
             if resp.get("groups"):
-                grp = resp["groups"][0]
+                grp = next((x for x in resp["groups"] if x["group_id"] == g), resp["groups"][0])
                 code, tlist = grp["error_code"], grp["topics"]
             else:
                 code, tlist = resp.get("error_code", 0), resp["topics"]
             err = _err(code, None, group=g)
             if err is not None:
                 return err
-            out = {}
+            out: dict = {}
             for t in tlist:
                 for p in t["partitions"]:
-                    perr = _err(p["error_code"], f"{t['name']}[{p['partition_index']}]", group=g)
+                    key = (t["name"], p["partition_index"])
+                    perr = _err(p["error_code"], f"{key[0]}[{key[1]}]", group=g, topic=key[0])
                     if perr is not None:
-                        return perr
+                        if perr.code in _COORDINATOR_RETRY:  # (OffsetFetch v0-v1 put these here)
+                            return perr
+                        out[key] = perr
+                        continue
                     ep = p.get("committed_leader_epoch", -1)
-                    out[(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                    out[key] = OffsetAndMetadata(
                         p["committed_offset"], ep if ep is not None and ep >= 0 else None, p["metadata"])
             return out
         res = self._per_group([group_id], one, timeout)[group_id]
         if isinstance(res, BaseException):
             raise res
-        return res
+        return _results(res, raise_on_error)
 
     def alter_consumer_group_offsets(self, group_id: str,
                                      offsets: Mapping[tuple[str, int], int | OffsetAndMetadata],
@@ -621,38 +713,70 @@ class Admin:
                      ) -> dict[tuple[str, int], ListedOffset | BrokerError]:
         """Offsets of partitions (ListOffsets to each leader): ``{(topic, partition): spec}``
         with spec EARLIEST, LATEST, MAX_TIMESTAMP (the record with the highest timestamp) or a
-        timestamp in ms (the first offset at or after it; offset -1 when none)."""
+        timestamp in ms (the first offset at or after it; offset -1 when none).
+
+        Leaders and their epochs come from a metadata refresh of the topics asked; each
+        request carries the leader epoch it knows (KIP-320), so a leader that has moved on
+        answers FENCED_LEADER_EPOCH rather than a stale offset.  Partitions answered with a
+        retriable error (leader moved or not yet elected, epoch fenced or ahead, offset not yet
+        available), and partitions without a leader yet, are asked again after a new refresh,
+        until ``timeout``.  A topic the metadata does not have is UNKNOWN_TOPIC_OR_PARTITION at
+        once."""
         timeout_ms = _ms(timeout, self.config.socket_timeout_ms)
-        snap = self.list_topics({t for t, _ in specs}, timeout)
-        by_leader: dict[int, dict[str, list]] = {}
-        out: dict = {}
-        for (t, p), spec in specs.items():
-            info = snap.topics.get(t)
-            part = None if info is None or info.error_code else info.partitions.get(p)
-            if part is None or part.leader < 0:
-                out[(t, p)] = _err(3, f"{t}[{p}] has no known leader", topic=t, from_metadata=True)
-                continue
-            by_leader.setdefault(part.leader, {}).setdefault(t, []).append(
-                {"partition_index": p, "current_leader_epoch": -1, "timestamp": int(spec),
-                 "max_num_offsets": 1})
+        deadline = time.monotonic() + timeout_ms / 1000
         iso = 1 if isolation_level == "read_committed" else 0
         min_version = 7 if any(s == MAX_TIMESTAMP for s in specs.values()) else None
-        pending = []
-        for leader, topics in by_leader.items():
-            body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": timeout_ms,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-            pending.append(self._net.send(leader, "ListOffsets", body, timeout_ms=timeout_ms,
-                                          min_version=min_version))
-        for f in pending:
-            resp = self._net.wait(f).result()
-            for t in resp["topics"]:
-                for p in t["partitions"]:
-                    key = (t["name"], p["partition_index"])
-                    err = _err(p["error_code"], f"{key[0]}[{key[1]}]", topic=key[0])
-                    ep = p.get("leader_epoch", -1)
-                    out[key] = err if err is not None else ListedOffset(
-                        p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
-        return _results({k: out.get(k) for k in specs}, raise_on_error)
+        md = self._net.metadata
+        out: dict[tuple[str, int], ListedOffset | BrokerError] = {}
+        todo = dict(specs)
+        while todo:
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            self._net.refresh_metadata(sorted({t for t, _ in todo}), left_ms)
+            by_leader: dict[int, dict[str, list]] = {}
+            again: dict[tuple[str, int], int] = {}
+            for (t, p), spec in todo.items():
+                part = md.partition(t, p)
+                info = md.topic(t)
+                if part is None or part.leader < 0:
+                    code = 5 if part is not None else info.error_code if info is not None and \
+                        info.error_code else 3
+                    out[(t, p)] = _err(code, f"{t}[{p}] has no known leader", topic=t,
+                                       from_metadata=True)
+                    if part is not None:  # being elected: asked again
+                        again[(t, p)] = spec
+                    continue
+                self._know_broker(part.leader, left_ms)
+                by_leader.setdefault(part.leader, {}).setdefault(t, []).append(
+                    {"partition_index": p, "current_leader_epoch": part.leader_epoch,
+                     "timestamp": int(spec), "max_num_offsets": 1})
+            pending = []
+            for leader, topics in by_leader.items():
+                body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": left_ms,
+                        "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+                pending.append(self._net.send(leader, "ListOffsets", body, timeout_ms=left_ms,
+                                              min_version=min_version))
+            for f in pending:
+                resp = self._net.wait(f).result()
+                for t in resp["topics"]:
+                    for p in t["partitions"]:
+                        key = (t["name"], p["partition_index"])
+                        if key not in todo:
+                            continue
+                        err = _err(p["error_code"], f"{key[0]}[{key[1]}]", topic=key[0])
+                        if err is not None and err.retriable:
+                            again[key] = todo[key]
+                        ep = p.get("leader_epoch", -1)
+                        out[key] = err if err is not None else ListedOffset(
+                            p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
+            wait_s = self.config.retry_backoff_ms / 1000
+            if not again or time.monotonic() + wait_s >= deadline:
+                break
+            time.sleep(wait_s)
+            todo = again
+        for k in specs:
+            if k not in out:
+                out[k] = _err(3, f"ListOffsets answered without {k[0]}[{k[1]}]", topic=k[0])
+        return _results({k: out[k] for k in specs}, raise_on_error)
 
     def log_bounds(self, partitions: Iterable[tuple[str, int]], timeout: float | None = 30.0, *,
                    isolation_level: str = "read_uncommitted", raise_on_error: bool = True
@@ -795,8 +919,9 @@ class Admin:
 
     # --- plumbing ----------------------------------------------------------------------------------
     def _call(self, node: int | None, api: str, body: dict | Callable[[int], dict], timeout_ms: int, *,
-              max_version: int | None = None) -> dict:
-        f = self._net.send(node, api, body, timeout_ms=timeout_ms, max_version=max_version)
+              max_version: int | None = None, min_version: int | None = None) -> dict:
+        f = self._net.send(node, api, body, timeout_ms=timeout_ms, max_version=max_version,
+                           min_version=min_version)
         return self._net.wait(f).result()
 
     def _know_broker(self, node_id: int, timeout_ms: int) -> None:
@@ -843,6 +968,53 @@ def _err(code: int, message: str | None, **where) -> BrokerError | None:
     for k, v in where.items():
         setattr(err, k, v)
     return err
+
+
+def _assigned(a: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
+    """(topic, partition) pairs of a ConsumerGroupDescribe assignment."""
+    return tuple(sorted((t["topic_name"], p) for t in (a or {}).get("topic_partitions", ())
+                        for p in t["partitions"]))
+
+
+def _classic_description(d: Mapping[str, Any], coord: BrokerNode) -> GroupDescription:
+    """A DescribeGroups entry as a GroupDescription (consumer groups' assignments decoded)."""
+    members = []
+    for m in d["members"]:
+        assignment: tuple = ()
+        if d["protocol_type"] == "consumer" and m["member_assignment"]:
+            try:
+                _, a = decode_assignment(m["member_assignment"])
+                assignment = tuple((t["topic"], p) for t in a["assigned_partitions"]
+                                   for p in t["partitions"])
+            except KwireError:  # an assignment another client encoded its own way
+                assignment = ()
+        members.append(GroupMember(
+            m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"], assignment,
+            metadata=bytes(m["member_metadata"]) if m.get("member_metadata") is not None else None,
+            assignment_data=bytes(m["member_assignment"]) if m.get("member_assignment") is not None else None))
+    return GroupDescription(d["group_id"], d["group_state"], d["protocol_type"], d["protocol_data"],
+                            tuple(members), coord)
+
+
+def _kip848_description(k: Mapping[str, Any], coord: BrokerNode) -> GroupDescription:
+    """A ConsumerGroupDescribe entry as a GroupDescription (type "consumer")."""
+    topic_ids: dict[str, str] = {}
+    members = []
+    for m in sorted(k["members"], key=lambda m: m["member_id"]):
+        for a in (m.get("assignment"), m.get("target_assignment")):
+            for t in (a or {}).get("topic_partitions", ()):
+                topic_ids[t["topic_name"]] = str(t["topic_id"])
+        members.append(GroupMember(
+            m["member_id"], m.get("instance_id"), m["client_id"], m["client_host"],
+            _assigned(m.get("assignment")), member_epoch=m["member_epoch"],
+            target_assignment=_assigned(m.get("target_assignment")),
+            subscribed_topics=tuple(sorted(m.get("subscribed_topic_names") or ())),
+            subscribed_regex=m.get("subscribed_topic_regex") or None, rack_id=m.get("rack_id"),
+            member_type={0: "classic", 1: "consumer"}.get(m.get("member_type", -1))))
+    return GroupDescription(k["group_id"], k["group_state"], "consumer", k["assignor_name"] or "",
+                            tuple(members), coord, type="consumer", group_epoch=k["group_epoch"],
+                            assignment_epoch=k["assignment_epoch"],
+                            topic_ids=tuple(sorted(topic_ids.items())))
 
 
 def _results(out: dict, raise_on_error: bool) -> dict:

@@ -251,3 +251,69 @@ def test_group_calls_ask_again_while_the_coordinator_is_not_ready():
             sent = [(e["api"], e["node_id"]) for e in events if e["direction"] == "send"]
             assert [api for api, _ in sent] == ["FindCoordinator", "OffsetFetch"] * 4
             assert {node for api, node in sent if api == "OffsetFetch"} == {3}
+
+
+def test_list_offsets_asks_again_after_a_moved_leader():
+    """ListOffsets answered NOT_LEADER_OR_FOLLOWER, then FENCED_LEADER_EPOCH (librdkafka's
+    mock cluster, told to): Admin refreshes metadata and asks again within its timeout,
+    sending the leader epoch it knows; a non-retriable error is the partition's result."""
+    import confluent_kafka
+
+    from .mock_control import ControlledMockCluster
+
+    with ControlledMockCluster(3) as mc:
+        p = confluent_kafka.Producer({"bootstrap.servers": mc.bootstrap})
+        for i in range(4):
+            p.produce("t-lo", b"x%d" % i, partition=0)
+        assert p.flush(10) == 0
+        events: list = []
+        with Admin({"bootstrap.servers": mc.bootstrap, "retry.backoff.ms": 20}, tracer=events.append) as a:
+            mc.push_request_errors(2, 6, 1)   # ListOffsets: NOT_LEADER_OR_FOLLOWER
+            mc.push_request_errors(2, 74, 1)  # then FENCED_LEADER_EPOCH
+            got = a.list_offsets({("t-lo", 0): LATEST}, timeout=20)
+            assert got[("t-lo", 0)].offset == 4
+            sent = [e for e in events if e["direction"] == "send"]
+            assert [e["api"] for e in sent if e["api"] in ("Metadata", "ListOffsets")] == \
+                ["Metadata", "ListOffsets"] * 3
+            mc.push_request_errors(2, 87, 1)  # RECORD_LIST_TOO_LARGE: not retriable
+            res = a.list_offsets({("t-lo", 0): LATEST}, timeout=20, raise_on_error=False)
+            assert getattr(res[("t-lo", 0)], "code", None) == 87
+
+
+def test_offsets_of_an_open_transaction_are_that_partitions_error(admin, kafka, unique_topic):
+    """OffsetFetch with require_stable while a transaction holds an offset commit of one
+    partition: that partition is UNSTABLE_OFFSET_COMMIT (its own result with
+    raise_on_error=False, raised otherwise), the other partition's offset stands."""
+    import confluent_kafka
+
+    from kwire.errors import UnstableOffsetCommitError
+
+    topic, group = unique_topic, unique_topic + "-g"
+    admin.create_topics([(topic, 2, 1)], wait_for_leaders=True)
+    assert admin.alter_consumer_group_offsets(group, {(topic, 1): 2}) == {(topic, 1): None}
+    tx = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap,
+                                   "transactional.id": f"open-offsets-{topic}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    meta = confluent_kafka.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+    try:
+        tx.send_offsets_to_transaction([confluent_kafka.TopicPartition(topic, 0, 7)],
+                                       meta.consumer_group_metadata(), 30)
+        tps = [(topic, 0), (topic, 1)]
+        got = admin.list_consumer_group_offsets(group, tps, require_stable=True, raise_on_error=False)
+        assert isinstance(got[(topic, 0)], UnstableOffsetCommitError)
+        assert got[(topic, 1)] == OffsetAndMetadata(2, None, "")
+        with pytest.raises(UnstableOffsetCommitError):
+            admin.list_consumer_group_offsets(group, tps, require_stable=True, timeout=5)
+        # without require_stable the committed offsets are answered as they are
+        assert admin.list_consumer_group_offsets(group, tps)[(topic, 0)].offset == -1
+        tx.commit_transaction(30)
+        # (the commit's markers land a moment later: until then the offset is still unstable)
+        end = time.monotonic() + 20
+        while isinstance(after := admin.list_consumer_group_offsets(
+                group, tps, require_stable=True, raise_on_error=False)[(topic, 0)],
+                UnstableOffsetCommitError) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert after == OffsetAndMetadata(7, None, "")
+    finally:
+        meta.close()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
+from kwire.admin import GroupMember
 from kwire.cli import main
 from kwire.commands.common import Out, iso_ms, text_or_base64
 from kwire.commands.consume import record_json, record_text
@@ -81,8 +83,7 @@ def test_members_are_decoded_when_their_protocol_is_consumer():
                                     "owned_partitions": [{"topic": "a", "partitions": [2, 0]}]})
     asg = P.encode_assignment(0, {"assigned_partitions": [{"topic": "a", "partitions": [1]},
                                                           {"topic": "b", "partitions": [0, 3]}], "user_data": None})
-    m = {"member_id": "m-1", "group_instance_id": "i-1", "client_id": "c", "client_host": "/10.0.0.1",
-         "member_metadata": sub, "member_assignment": asg}
+    m = GroupMember("m-1", "i-1", "c", "/10.0.0.1", (), metadata=sub, assignment_data=asg)
     got = member_json("consumer", m)
     assert got["subscription"] == {"version": 3, "topics": ["a", "b"],
                                    "owned_partitions": [{"topic": "a", "partitions": [2, 0]}],
@@ -94,9 +95,9 @@ def test_members_are_decoded_when_their_protocol_is_consumer():
 
     other = member_json("connect", m)
     assert other["subscription"] == {"raw": sub.hex()} and other["assignment"] == {"raw": asg.hex()}
-    broken = member_json("consumer", {**m, "member_metadata": b"\x00\x01\x00"})
+    broken = member_json("consumer", replace(m, metadata=b"\x00\x01\x00"))
     assert broken["subscription"]["raw"] == "000100" and broken["subscription"]["error"]
-    empty = member_json("consumer", {**m, "member_metadata": b"", "member_assignment": b""})
+    empty = member_json("consumer", replace(m, metadata=b"", assignment_data=b""))
     assert empty["subscription"] is None and empty["assignment"] is None
 
 

@@ -9,7 +9,8 @@
                                                        member epochs and target assignments)
     kwire offsets -b localhost:9092 --group orders     committed offset, log start, end, lag
 
-A group's requests go to its coordinator (FindCoordinator).  Member metadata and assignments
+Every request goes through :class:`kwire.admin.Admin`: a group's to its coordinator
+(FindCoordinator), ListGroups to every broker, the log bounds to each partition's leader.  Member metadata and assignments
 are the consumer protocol's embedded messages (ConsumerProtocolSubscription /
 ConsumerProtocolAssignment); they are decoded when the group's protocol type is "consumer"
 and shown raw (hex) otherwise.
@@ -24,8 +25,8 @@ import argparse
 import sys
 import time
 
-from ..admin import Admin
-from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError, for_code
+from ..admin import Admin, GroupDescription, GroupMember
+from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError
 from ..net.metadata import BrokerInfo
 from ..protocol import api as P
 from .cluster import open_admin, snapshot
@@ -56,91 +57,48 @@ def find_coordinator(admin: Admin, group: str, deadline: _Deadline) -> BrokerInf
     return BrokerInfo(node.id, node.host, node.port, node.rack)
 
 
-def describe_group(net, node: int, group: str, deadline: _Deadline) -> dict | None:
-    """The DescribeGroups entry for ``group``; None when the broker has no DescribeGroups."""
-    try:
-        resp = net.request(node, "DescribeGroups", {"groups": [group], "include_authorized_operations": False},
-                           deadline.left_ms())
-    except UnsupportedVersionError:
-        return None
-    for g in resp["groups"]:
-        if g["group_id"] == group:
-            return g
-    raise CommandError(f"DescribeGroups answered without group {group!r}")
+def describe(admin: Admin, group: str, deadline: _Deadline) -> GroupDescription | KwireError:
+    """The group as its coordinator describes it (Admin: DescribeGroups, or
+    ConsumerGroupDescribe for a KIP-848 group); an error is returned, not raised."""
+    return admin.describe_consumer_groups([group], timeout=deadline.left_ms() / 1000,
+                                          raise_on_error=False)[group]
 
 
-def describe_consumer_group(net, node: int, group: str, deadline: _Deadline) -> dict | None:
-    """The ConsumerGroupDescribe entry for a KIP-848 group; None when the coordinator has no
-    ConsumerGroupDescribe, or ``group`` is not such a group (a classic one, or none)."""
-    try:
-        resp = net.request(node, "ConsumerGroupDescribe",
-                           {"group_ids": [group], "include_authorized_operations": False},
-                           deadline.left_ms())
-    except UnsupportedVersionError:
-        return None
-    for g in resp["groups"]:
-        if g["group_id"] == group:
-            # (GROUP_ID_NOT_FOUND: no such group, or a classic one -- DescribeGroups says which)
-            if g["error_code"] == _GROUP_ID_NOT_FOUND:
-                return None
-            if g["error_code"]:
-                raise CommandError(f"group {group!r}: {for_code(g['error_code'], g.get('error_message'))}")
-            return g
-    raise CommandError(f"ConsumerGroupDescribe answered without group {group!r}")
-
-
-def listed_groups(net, node: int, deadline: _Deadline) -> list[dict] | None:
-    """ListGroups on one broker; None when it has no ListGroups."""
-    try:
-        resp = net.request(node, "ListGroups", {"states_filter": [], "types_filter": []}, deadline.left_ms())
-    except UnsupportedVersionError:
-        return None
-    if resp.get("error_code"):
-        raise for_code(resp["error_code"], f"ListGroups on node {node}")
-    return resp["groups"]
-
-
-def group_exists(net, node: int, group: str, desc: dict | None, deadline: _Deadline) -> bool | None:
+def group_exists(admin: Admin, group: str, desc: GroupDescription | KwireError,
+                 deadline: _Deadline) -> bool | None:
     """Does the coordinator know ``group``?  None when it cannot say.
 
     Brokers answer DescribeGroups for an unknown group in different ways: GROUP_ID_NOT_FOUND
     (Kafka 4), state "Dead" (older Kafka), or an empty group with no protocol type (Tansu) --
     which is also what a group that only ever committed offsets looks like, so then ListGroups
-    on the coordinator decides."""
-    if desc is not None:
-        if desc["error_code"] == _GROUP_ID_NOT_FOUND or desc["group_state"] == "Dead":
+    decides."""
+    if isinstance(desc, GroupDescription):
+        if desc.state == "Dead":
             return False
-        if desc["error_code"] == 0 and (desc["members"] or desc["protocol_type"]):
+        if desc.members or desc.protocol_type or desc.type == "consumer":
             return True
-    listed = listed_groups(net, node, deadline)
-    if listed is None:
-        return None if desc is None else False
-    return any(g["group_id"] == group for g in listed)
+    elif getattr(desc, "code", None) == _GROUP_ID_NOT_FOUND:
+        return False
+    listed = admin.list_groups(timeout=deadline.left_ms() / 1000)
+    if any(g.group_id == group for g in listed.groups):
+        return True
+    coordinator = getattr(desc, "coordinator", None)
+    if listed.errors and (coordinator is None or coordinator.id in listed.errors):
+        return None if not isinstance(desc, GroupDescription) else False
+    return False
 
 
-def offset_fetch(net, node: int, group: str, topics: dict[str, list[int]] | None,
-                 deadline: _Deadline) -> dict[tuple[str, int], tuple[int, str | None, int]]:
-    """Committed offsets: {(topic, partition): (offset, metadata, error code)}; ``topics`` None
+def offset_fetch(admin: Admin, group: str, tps: list[tuple[str, int]] | None, deadline: _Deadline
+                 ) -> dict[tuple[str, int], tuple[int, str | None, int]]:
+    """Committed offsets: {(topic, partition): (offset, metadata, error code)}; ``tps`` None
     asks for every partition the group committed."""
-    wanted = None if topics is None else [{"name": t, "partition_indexes": ps} for t, ps in sorted(topics.items())]
-    body = {"group_id": group, "topics": wanted, "require_stable": False,
-            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": wanted}]}
-    # v10 names topics by id only; v2 is the first to take a null topic list ("all").
-    f = net.send(node, "OffsetFetch", body, max_version=9, min_version=2 if wanted is None else None,
-                 timeout_ms=deadline.left_ms())
-    resp = net.wait(f).result()
-    if resp.get("groups"):
-        g = next((g for g in resp["groups"] if g["group_id"] == group), resp["groups"][0])
-        entries, code = g.get("topics") or [], g.get("error_code", 0)
-    else:
-        entries, code = resp.get("topics") or [], resp.get("error_code", 0)
-    if code:
-        raise CommandError(f"committed offsets of group {group!r}: {for_code(code)}")
-    out = {}
-    for t in entries:
-        for p in t["partitions"]:
-            out[(t["name"], p["partition_index"])] = (p["committed_offset"], p.get("metadata"), p["error_code"])
-    return out
+    try:
+        got = admin.list_consumer_group_offsets(group, tps, timeout=deadline.left_ms() / 1000,
+                                                raise_on_error=False)
+    except BrokerError as exc:
+        raise CommandError(f"committed offsets of group {group!r}: {exc}") from None
+    return {tp: (-1, None, v.code) if isinstance(v, BrokerError) else (v.offset, v.metadata, 0)
+            for tp, v in got.items()}
 
 
 def log_bounds(admin: Admin, tps: list[tuple[str, int]], deadline: _Deadline
@@ -181,7 +139,7 @@ def decode_assignment(data: bytes) -> dict:
             "user_data": _hex(v.get("user_data"))}
 
 
-def _decode(protocol_type: str, data: bytes, decoder) -> dict | None:
+def _decode(protocol_type: str, data: bytes | None, decoder) -> dict | None:
     if not data:
         return None
     if protocol_type != "consumer":
@@ -192,12 +150,12 @@ def _decode(protocol_type: str, data: bytes, decoder) -> dict | None:
         return {"error": str(exc), "raw": bytes(data).hex()}
 
 
-def member_json(protocol_type: str, m: dict) -> dict:
+def member_json(protocol_type: str, m: GroupMember) -> dict:
     return {
-        "member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
-        "client_id": m["client_id"], "client_host": m["client_host"],
-        "subscription": _decode(protocol_type, m["member_metadata"], decode_subscription),
-        "assignment": _decode(protocol_type, m["member_assignment"], decode_assignment),
+        "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id, "client_host": m.client_host,
+        "subscription": _decode(protocol_type, m.metadata, decode_subscription),
+        "assignment": _decode(protocol_type, m.assignment_data, decode_assignment),
     }
 
 
@@ -219,31 +177,17 @@ def run_groups(args) -> int:
     deadline = _Deadline(timeout_ms_of(args))
     admin, plog = open_admin(args)
     with plog, admin:
-        net = admin.network
         if args.describe is not None:
             return _describe(args, admin, deadline)
-        snap = snapshot(admin, args, [])
-        found: dict[str, dict] = {}
-        failures = []
-        pending = [(node, net.send(node, "ListGroups", {"states_filter": [], "types_filter": []},
-                                   timeout_ms=deadline.left_ms())) for node in sorted(snap.brokers)]
-        for node, f in pending:
-            try:
-                resp = net.wait(f).result()
-                if resp.get("error_code"):
-                    raise for_code(resp["error_code"])
-            except KwireError as exc:
-                failures.append((node, exc))
-                continue
-            for g in resp["groups"]:
-                found.setdefault(g["group_id"], {
-                    "group": g["group_id"], "protocol_type": g["protocol_type"],
-                    "state": g.get("group_state") or None, "group_type": g.get("group_type") or None,
-                    "coordinator": node})
-    if failures and len(failures) == len(pending):
-        raise failures[0][1]
-    for node, exc in failures:
+        listed = admin.list_groups(timeout=deadline.left_ms() / 1000)
+        every_broker_failed = len(listed.errors) == len(admin.network.metadata.brokers)
+    if listed.errors and every_broker_failed:
+        raise next(iter(listed.errors.values()))
+    for node, exc in sorted(listed.errors.items()):
         print(f"kwire groups: broker {node}: {exc}", file=sys.stderr)
+    found = {g.group_id: {"group": g.group_id, "protocol_type": g.protocol_type,
+                          "state": g.state or None, "group_type": g.type or None,
+                          "coordinator": g.coordinator_id} for g in listed.groups}
     groups = [found[k] for k in sorted(found)]
     out = Out()
     if args.format == "json":
@@ -252,41 +196,34 @@ def run_groups(args) -> int:
         out.table(["group", "protocol type", "state", "type", "coordinator"],
                   [[g["group"], g["protocol_type"], g["state"], g["group_type"], g["coordinator"]]
                    for g in groups], right=("coordinator",))
-    return 1 if failures else 0
+    return 1 if listed.errors else 0
 
 
 def _describe(args, admin: Admin, deadline: _Deadline) -> int:
     group = args.describe
-    net = admin.network
-    net.refresh_metadata([], deadline.left_ms())
     coordinator = find_coordinator(admin, group, deadline)
-    desc = describe_group(net, coordinator.node_id, group, deadline)
-    classic = desc is not None and desc["error_code"] == 0 and bool(desc["members"] or desc["protocol_type"])
-    if not classic:
-        # (Kafka answers DescribeGroups for a KIP-848 group with GROUP_ID_NOT_FOUND; Tansu
-        # answers ConsumerGroupDescribe for any group, empty: a group with no epoch is none)
-        kip848 = describe_consumer_group(net, coordinator.node_id, group, deadline)
-        if kip848 is not None and (kip848["members"] or kip848["group_epoch"] > 0):
-            return _describe_kip848(args, group, coordinator, kip848)
-    if desc is None:
+    desc = describe(admin, group, deadline)
+    if isinstance(desc, UnsupportedVersionError):
         raise CommandError(f"the coordinator of group {group!r} (node {coordinator.node_id}) "
                            "does not support DescribeGroups")
-    if desc["error_code"] and desc["error_code"] != _GROUP_ID_NOT_FOUND:
-        raise CommandError(f"group {group!r}: {for_code(desc['error_code'], desc.get('error_message'))}")
-    if not group_exists(net, coordinator.node_id, group, desc, deadline):
+    if isinstance(desc, KwireError) and getattr(desc, "code", None) != _GROUP_ID_NOT_FOUND:
+        raise CommandError(f"group {group!r}: {desc}")
+    if not isinstance(desc, GroupDescription) or not group_exists(admin, group, desc, deadline):
         raise CommandError(f"group {group!r} not found")
-    ptype = desc["protocol_type"]
-    members = [member_json(ptype, m) for m in desc["members"]]
-    result = {"group": group, "state": desc["group_state"], "protocol_type": ptype,
-              "protocol": desc["protocol_data"] or None,
+    if desc.type == "consumer":
+        return _describe_kip848(args, group, coordinator, desc)
+    ptype = desc.protocol_type
+    members = [member_json(ptype, m) for m in desc.members]
+    result = {"group": group, "state": desc.state, "protocol_type": ptype,
+              "protocol": desc.protocol or None,
               "coordinator": {"node_id": coordinator.node_id, "host": coordinator.host, "port": coordinator.port},
               "members": members}
     out = Out()
     if args.format == "json":
         out.json(result)
         return 0
-    proto = "/".join(x for x in (ptype, desc["protocol_data"]) if x) or "-"
-    out.line(f"group {group}  state {desc['group_state']}  protocol {proto}  coordinator "
+    proto = "/".join(x for x in (ptype, desc.protocol) if x) or "-"
+    out.line(f"group {group}  state {desc.state}  protocol {proto}  coordinator "
              f"{coordinator.node_id} ({coordinator.address})  members {len(members)}")
     if not members:
         return 0
@@ -304,28 +241,31 @@ def _describe(args, admin: Admin, deadline: _Deadline) -> int:
     return 0
 
 
-def _assignment_json(a: dict | None) -> list[dict]:
-    return [{"topic": t["topic_name"], "topic_id": str(t["topic_id"]),
-             "partitions": sorted(t["partitions"])}
-            for t in sorted((a or {}).get("topic_partitions", ()), key=lambda t: t["topic_name"])]
+def _assignment_json(tps: tuple[tuple[str, int], ...], topic_ids: dict[str, str]) -> list[dict]:
+    by_topic: dict[str, list[int]] = {}
+    for t, p in tps:
+        by_topic.setdefault(t, []).append(p)
+    return [{"topic": t, "topic_id": topic_ids.get(t), "partitions": sorted(ps)}
+            for t, ps in sorted(by_topic.items())]
 
 
-def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: dict) -> int:
+def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: GroupDescription) -> int:
     """A KIP-848 group (ConsumerGroupDescribe): epochs, the assignor the broker runs, and each
     member's subscription, current assignment and target assignment."""
+    ids = dict(g.topic_ids)
     members = [{
-        "member_id": m["member_id"], "group_instance_id": m.get("instance_id"),
-        "rack_id": m.get("rack_id"), "member_epoch": m["member_epoch"],
-        "client_id": m["client_id"], "client_host": m["client_host"],
-        "subscribed_topics": sorted(m.get("subscribed_topic_names") or ()),
-        "subscribed_regex": m.get("subscribed_topic_regex") or None,
-        "assignment": _assignment_json(m.get("assignment")),
-        "target_assignment": _assignment_json(m.get("target_assignment")),
-        "member_type": {0: "classic", 1: "consumer"}.get(m.get("member_type", -1)),
-    } for m in sorted(g["members"], key=lambda m: m["member_id"])]
-    result = {"group": group, "state": g["group_state"], "protocol_type": "consumer",
-              "group_protocol": "consumer", "assignor": g["assignor_name"] or None,
-              "group_epoch": g["group_epoch"], "assignment_epoch": g["assignment_epoch"],
+        "member_id": m.member_id, "group_instance_id": m.group_instance_id,
+        "rack_id": m.rack_id, "member_epoch": m.member_epoch,
+        "client_id": m.client_id, "client_host": m.client_host,
+        "subscribed_topics": list(m.subscribed_topics),
+        "subscribed_regex": m.subscribed_regex,
+        "assignment": _assignment_json(m.assignment, ids),
+        "target_assignment": _assignment_json(m.target_assignment, ids),
+        "member_type": m.member_type,
+    } for m in g.members]
+    result = {"group": group, "state": g.state, "protocol_type": "consumer",
+              "group_protocol": "consumer", "assignor": g.protocol or None,
+              "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
               "coordinator": {"node_id": coordinator.node_id, "host": coordinator.host,
                               "port": coordinator.port},
               "members": members}
@@ -333,9 +273,9 @@ def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: dict) -> int:
     if args.format == "json":
         out.json(result)
         return 0
-    out.line(f"group {group}  state {g['group_state']}  protocol consumer (KIP-848)  assignor "
-             f"{g['assignor_name'] or '-'}  group epoch {g['group_epoch']}  assignment epoch "
-             f"{g['assignment_epoch']}  coordinator {coordinator.node_id} ({coordinator.address})  "
+    out.line(f"group {group}  state {g.state}  protocol consumer (KIP-848)  assignor "
+             f"{g.protocol or '-'}  group epoch {g.group_epoch}  assignment epoch "
+             f"{g.assignment_epoch}  coordinator {coordinator.node_id} ({coordinator.address})  "
              f"members {len(members)}")
     if not members:
         return 0
@@ -377,39 +317,32 @@ def run_offsets(args) -> int:
     group = args.group
     admin, plog = open_admin(args)
     with plog, admin:
-        net = admin.network
         topics_snap = snapshot(admin, args, args.topic) if args.topic else None
         coordinator = find_coordinator(admin, group, deadline)
         node = coordinator.node_id
         wanted = None
         if topics_snap is not None:
-            wanted = {t: sorted(topics_snap.topics[t].partitions) for t in args.topic}
+            wanted = [(t, p) for t in sorted(args.topic) for p in sorted(topics_snap.topics[t].partitions)]
         try:
-            committed = offset_fetch(net, node, group, wanted, deadline)
+            committed = offset_fetch(admin, group, wanted, deadline)
         except ProtocolError:
             if wanted is not None:
                 raise
             # librdkafka's mock cluster answers "every topic" with a null list, which the spec
             # does not allow: ask for every topic of the cluster by name instead.
-            every = {t: sorted(i.partitions) for t, i in admin.list_topics(None, timeout=args.timeout).topics.items()
-                     if i.partitions and not i.is_internal}
-            committed = {tp: v for tp, v in offset_fetch(net, node, group, every, deadline).items()
+            every = [(t, p) for t, i in sorted(admin.list_topics(None, timeout=args.timeout).topics.items())
+                     if i.partitions and not i.is_internal for p in sorted(i.partitions)]
+            committed = {tp: v for tp, v in offset_fetch(admin, group, every, deadline).items()
                          if v[0] >= 0} if every else {}
-        try:
-            desc = describe_group(net, node, group, deadline)
-        except BrokerError:
-            desc = None
+        desc = describe(admin, group, deadline)
         if not any(off >= 0 for off, _, _ in committed.values()):
-            exists = group_exists(net, node, group, desc, deadline)
+            exists = group_exists(admin, group, desc, deadline)
             if exists is False:
                 raise CommandError(f"group {group!r} not found")
             if exists is None and wanted is None:
                 raise CommandError(f"group {group!r} has no committed offsets (and the broker cannot "
                                    "describe groups)")
-        if wanted is not None:
-            tps = [(t, p) for t, ps in sorted(wanted.items()) for p in ps]
-        else:
-            tps = sorted(committed)
+        tps = wanted if wanted is not None else sorted(committed)
         bounds = log_bounds(admin, tps, deadline) if tps else {}
     owners = _owners(desc)
     rows = []
@@ -427,7 +360,7 @@ def run_offsets(args) -> int:
                      "member_id": owner["member_id"] if owner else None,
                      "client_id": owner["client_id"] if owner else None,
                      "error": error_name(code) or b.get("error")})
-    state = desc["group_state"] if desc is not None and not desc["error_code"] else None
+    state = desc.state if isinstance(desc, GroupDescription) else None
     # Lag needs a committed offset: partitions without one have no lag (as Kafka's
     # kafka-consumer-groups shows "-"), and a group with none has no total either.
     uncommitted = sum(1 for r in rows if r["committed"] is None)
@@ -453,15 +386,13 @@ def run_offsets(args) -> int:
     return 0
 
 
-def _owners(desc: dict | None) -> dict[tuple[str, int], dict]:
-    """Which member each partition is assigned to, from the decoded assignments."""
-    owners = {}
-    if desc is None or desc.get("error_code"):
+def _owners(desc: GroupDescription | KwireError) -> dict[tuple[str, int], dict]:
+    """Which member each partition is assigned to (classic: the decoded assignments; KIP-848:
+    the members' current assignments)."""
+    owners: dict[tuple[str, int], dict] = {}
+    if not isinstance(desc, GroupDescription):
         return owners
-    for m in desc["members"]:
-        asg = _decode(desc["protocol_type"], m["member_assignment"], decode_assignment)
-        for e in (asg or {}).get("partitions", []):
-            for p in e["partitions"]:
-                owners[(e["topic"], p)] = {"member_id": m["member_id"], "client_id": m["client_id"] or None}
+    for m in desc.members:
+        for tp in m.assignment:
+            owners[tp] = {"member_id": m.member_id, "client_id": m.client_id or None}
     return owners
-

@@ -396,11 +396,11 @@ class AdminClient:
         fut = concurrent.futures.Future()
 
         def work():
-            listings, errors = self._a._list_groups(st, ty, timeout)
+            listed = self._a.list_groups(st, ty, timeout)
             return {None: ListConsumerGroupsResult(
                 [ConsumerGroupListing(g.group_id, g.protocol_type == "", ConsumerGroupState.of(g.state),
-                                      ConsumerGroupType.of(g.type)) for g in listings],
-                [to_kafka_error(e) for e in errors])}
+                                      ConsumerGroupType.of(g.type)) for g in listed.groups],
+                [to_kafka_error(e) for e in listed.errors.values()])}
         self._dispatch({None: fut}, work)
         return fut
 
@@ -419,13 +419,16 @@ class AdminClient:
         timeout = self._request_timeout(request_timeout, 0)
 
         def describe(d) -> ConsumerGroupDescription:
+            kip848 = d.type == "consumer"
             members = [MemberDescription(m.member_id, m.client_id, m.client_host,
                                          MemberAssignment([TopicPartition(t, p) for t, p in m.assignment]),
-                                         m.group_instance_id) for m in d.members]
+                                         m.group_instance_id,
+                                         MemberAssignment([TopicPartition(t, p) for t, p in m.target_assignment])
+                                         if kip848 else None) for m in d.members]
             c = d.coordinator
             return ConsumerGroupDescription(d.group_id, d.protocol_type == "", members, d.protocol,
                                             ConsumerGroupState.of(d.state), Node(c.id, c.host, c.port, c.rack),
-                                            None, ConsumerGroupType.CLASSIC)
+                                            None, ConsumerGroupType.of(d.type))
 
         def work():
             res = self._a.describe_consumer_groups(group_ids, timeout, raise_on_error=False)

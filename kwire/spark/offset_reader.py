@@ -15,7 +15,9 @@ Requests, each sent where Kafka wants it::
     OffsetCommit     coordinator      generation -1, member "": the commit of a client outside
                                       the group, accepted while the group has no live members
 
-Retriable errors (leader moved, coordinator loading) refresh metadata and retry, up to
+Metadata is this reader's own; every other request goes through :class:`kwire.admin.Admin`
+on the same connections (Admin asks again after a moved leader or a loading coordinator
+within the request timeout).  Retriable errors that remain refresh metadata and retry, up to
 ``fetchOffset.numRetries`` times.
 """
 from __future__ import annotations
@@ -207,53 +209,17 @@ class OffsetReader:
         return self._retrying("looking up offsets", lambda: self._list_offsets(queries))
 
     def _list_offsets(self, queries: Mapping[TP, int]) -> dict[TP, int | None]:
-        client = self.client
-        md = client.metadata
-        by_leader: dict[int, dict[TP, int]] = {}
-        for tp, ts in queries.items():
-            leader = md.leader_for(*tp)
-            if leader is None:
-                client.metadata.add_topics([tp[0]])
-                client.refresh_metadata()
-                leader = md.leader_for(*tp)
-                if leader is None:
-                    raise for_code(5, f"no leader for {tp[0]}-{tp[1]}")
-            by_leader.setdefault(leader, {})[tp] = ts
-        iso = self.options.isolation_level
-        timeout_ms = self._config.request_timeout_ms
-        pending = []
-        for leader, qs in by_leader.items():
-            topics: dict[str, list] = {}
-            for (t, p), ts in sorted(qs.items()):
-                part = md.partition(t, p)
-                topics.setdefault(t, []).append({
-                    "partition_index": p, "timestamp": ts,
-                    "current_leader_epoch": part.leader_epoch if part is not None else -1})
-            body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": timeout_ms,
-                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
-            pending.append((client.send(leader, "ListOffsets", body), qs))
+        """Admin.list_offsets (the leader epochs sent, moved leaders asked again); a timestamp
+        with no record at or after it is None (Kafka answers offset -1; some brokers answer an
+        offset with timestamp -1)."""
+        found = self.admin.list_offsets(
+            queries, self._config.request_timeout_ms / 1000,
+            isolation_level="read_committed" if self.options.isolation_level else "read_uncommitted")
         out: dict[TP, int | None] = {}
-        for f, qs in pending:
-            client.wait(f)
-            resp = f.result()
-            for t in resp["topics"]:
-                for p in t["partitions"]:
-                    tp = (t["name"], p["partition_index"])
-                    if tp not in qs:
-                        continue
-                    if p["error_code"]:
-                        raise for_code(p["error_code"], f"ListOffsets for {tp[0]}-{tp[1]}")
-                    offset = p["offset"]
-                    if qs[tp] >= 0 and (offset < 0 or p.get("timestamp", 0) < 0):
-                        # No record at or after the timestamp.  (Kafka answers offset -1; some
-                        # brokers answer an offset with timestamp -1.)
-                        out[tp] = None
-                    else:
-                        out[tp] = offset
-        missing = set(queries) - set(out)
-        if missing:
-            raise for_code(_UNKNOWN_TOPIC_OR_PARTITION, "ListOffsets answered without "
-                           + ", ".join(f"{t}-{p}" for t, p in sorted(missing)))
+        for tp, ts in queries.items():
+            listed = found[tp]
+            assert not isinstance(listed, BaseException)  # (raise_on_error raised it)
+            out[tp] = None if ts >= 0 and (listed.offset < 0 or listed.timestamp < 0) else listed.offset
         return out
 
     def earliest(self, tps: Iterable[TP]) -> dict[TP, int]:

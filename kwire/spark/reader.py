@@ -350,20 +350,20 @@ class _Fetcher:
 
     def out_of_range(self, pos: int, until: int) -> int:
         """Where to go on after OFFSET_OUT_OF_RANGE at ``pos`` (``until``: stop)."""
-        leader = self.leader()
+        from ..admin import EARLIEST, LATEST, Admin  # (a rare path: not imported by every task)
 
-        def one(ts):
-            resp = self.client.request(leader, "ListOffsets", lambda v: {
-                "replica_id": -1, "isolation_level": self.isolation,
-                "timeout_ms": self.cfg.request_timeout_ms,
-                "topics": [{"name": self.topic, "partitions": [
-                    {"partition_index": self.partition, "timestamp": ts}]}]})
-            p = resp["topics"][0]["partitions"][0]
-            if p["error_code"]:
-                raise _Retry(str(for_code(p["error_code"], f"ListOffsets for {self.where}")))
-            return p["offset"]
+        admin = Admin(self.cfg, network=self.client)
+        tp = (self.topic, self.partition)
 
-        earliest, latest = one(-2), one(-1)
+        def one(spec: int) -> int:
+            listed = admin.list_offsets(
+                {tp: spec}, self.cfg.request_timeout_ms / 1000, raise_on_error=False,
+                isolation_level="read_committed" if self.isolation else "read_uncommitted")[tp]
+            if isinstance(listed, BaseException):
+                raise _Retry(f"ListOffsets for {self.where}: {listed}")
+            return listed.offset
+
+        earliest, latest = one(EARLIEST), one(LATEST)
         if pos < earliest:
             self.lost(f"{self.where}: offsets {pos}..{min(earliest, until) - 1} are gone; the log "
                       f"starts at {earliest} now")

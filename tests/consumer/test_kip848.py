@@ -520,6 +520,27 @@ def test_cli_describes_a_kip848_group(kafka, unique_topic, create_topic, capsys)
         o = json.loads(capsys.readouterr().out)
         assert [(r["partition"], r["committed"], r["end"], r["lag"]) for r in o["partitions"]] == \
             [(0, 10, 10, 0)]
+        # (the owner of each partition comes from ConsumerGroupDescribe's assignments)
+        assert (o["state"], o["partitions"][0]["client_id"]) == ("Stable", "kip848-cli")
+
+        # the same through Admin and kwire.confluent's AdminClient (the CLI's source)
+        from kwire.admin import Admin
+        from kwire.confluent.admin import AdminClient, ConsumerGroupType
+        with Admin({"bootstrap.servers": kafka.bootstrap}) as a:
+            g = a.describe_consumer_groups([group])[group]
+        assert (g.type, g.state, g.protocol, g.group_epoch) == ("consumer", "Stable", "range", d["group_epoch"])
+        (gm,) = g.members
+        assert gm.assignment == gm.target_assignment == ((unique_topic, 0), (unique_topic, 1))
+        assert gm.member_epoch == mem["member_epoch"] and dict(g.topic_ids)[unique_topic] == \
+            mem["assignment"][0]["topic_id"]
+        cd = AdminClient({"bootstrap.servers": kafka.bootstrap}).describe_consumer_groups([group])[group].result(30)
+        assert cd.type == ConsumerGroupType.CONSUMER and cd.partition_assignor == "range"
+        assert sorted(tp.partition for tp in cd.members[0].target_assignment.topic_partitions) == [0, 1]
+        import confluent_kafka.admin as ck_admin
+        real_admin = ck_admin.AdminClient({"bootstrap.servers": kafka.bootstrap})  # (kept alive)
+        real = real_admin.describe_consumer_groups([group])[group].result(30)
+        assert (real.type.name, real.partition_assignor, real.state.name, len(real.members)) == \
+            (cd.type.name, cd.partition_assignor, cd.state.name, len(cd.members))
     finally:
         m.close()
 
