@@ -14,10 +14,19 @@ Two families under one root, :class:`KwireError`:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
 class KwireError(Exception):
-    """Root of every exception kwire raises on purpose."""
+    """Root of every exception kwire raises on purpose.
+
+    Calls on many items (Admin's) say which item an error belongs to: ``topic``, ``group`` and,
+    for group calls, the group's ``coordinator`` (a :class:`kwire.admin.BrokerNode`), set where
+    known."""
+
+    topic: str | None = None
+    group: str | None = None
+    coordinator: Any = None
 
 
 # --- malformed input ------------------------------------------------------------------
