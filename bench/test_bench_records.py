@@ -12,6 +12,7 @@ them out on both sides.
 from __future__ import annotations
 
 import collections
+import os
 import random
 import time
 
@@ -21,12 +22,17 @@ from crc32c import crc32c
 
 from kwire import _codec, _pycodec
 
+SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")  # the suite's smoke run
 PER_BATCH = 1000
-N_BATCHES = 1000
+N_BATCHES = 5 if SMOKE else 1000
 TOTAL = PER_BATCH * N_BATCHES
-SLOW_BATCHES = 50                       # pure twin and kafka-python: 50k records
+SLOW_BATCHES = 2 if SMOKE else 50       # pure twin and kafka-python: 50k records
 
 _consume = collections.deque
+
+
+def _rounds(n: int) -> int:
+    return 1 if SMOKE else n
 
 
 def _records(seed=7):
@@ -97,20 +103,20 @@ def _kafka_python(data, check_crc=True):
 
 def test_records_kwire_cython(benchmark, report):
     data, _ = corpus()
-    benchmark.pedantic(_kwire, (_codec, data), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(_kwire, (_codec, data), rounds=_rounds(10), warmup_rounds=1)
     report("records/kwire-cython", TOTAL)
 
 
 def test_records_kwire_cython_nocrc(benchmark, report):
     data, _ = corpus()
-    benchmark.pedantic(_kwire, (_codec, data, False), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(_kwire, (_codec, data, False), rounds=_rounds(10), warmup_rounds=1)
     report("records-nocrc/kwire-cython", TOTAL)
 
 
 def test_records_kwire_pure(benchmark, report):
     _, batches = corpus()
     data = b"".join(batches[:SLOW_BATCHES])
-    benchmark.pedantic(_kwire, (_pycodec, data), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(_kwire, (_pycodec, data), rounds=_rounds(3), warmup_rounds=1)
     report("records/kwire-pure", SLOW_BATCHES * PER_BATCH)
 
 
@@ -119,20 +125,20 @@ def test_records_aiokafka(benchmark, report):
     from aiokafka.record.default_records import DefaultRecordBatch
 
     assert DefaultRecordBatch.__module__.startswith("aiokafka.record._crecords"), "want aiokafka's Cython reader"
-    benchmark.pedantic(_aiokafka, (data,), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(_aiokafka, (data,), rounds=_rounds(10), warmup_rounds=1)
     report("records/aiokafka", TOTAL)
 
 
 def test_records_aiokafka_nocrc(benchmark, report):
     data, _ = corpus()
-    benchmark.pedantic(_aiokafka, (data, False), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(_aiokafka, (data, False), rounds=_rounds(10), warmup_rounds=1)
     report("records-nocrc/aiokafka", TOTAL)
 
 
 def test_records_kafka_python(benchmark, report):
     _, batches = corpus()
     data = b"".join(batches[:SLOW_BATCHES])
-    benchmark.pedantic(_kafka_python, (data,), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(_kafka_python, (data,), rounds=_rounds(3), warmup_rounds=1)
     report("records/kafka-python", SLOW_BATCHES * PER_BATCH)
 
 
@@ -157,7 +163,7 @@ def test_bare_decompress(benchmark, report, compression, how):
     _, batches = corpus(compression)
     payloads = [b[61:] for b in batches]          # each batch's compressed records section
     fn = _bare(compression, how)
-    benchmark.pedantic(lambda: _consume(map(fn, payloads), maxlen=0), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(lambda: _consume(map(fn, payloads), maxlen=0), rounds=_rounds(10), warmup_rounds=1)
     report(f"bare-decompress/{compression}/{how}", TOTAL)
 
 
@@ -194,7 +200,7 @@ def _interleaved(benchmark, ratios, key, compression, kwire_fn, plain_fn):
         plain_fn()
         best["plain"] = min(best["plain"], time.perf_counter() - t)
 
-    benchmark.pedantic(kwire_fn, setup=setup, rounds=15, warmup_rounds=1)
+    benchmark.pedantic(kwire_fn, setup=setup, rounds=_rounds(15), warmup_rounds=1)
     kw = benchmark.stats.stats.min
     ratios[key] = (kw / best["bare"], (kw - best["plain"]) / best["bare"])
     benchmark.extra_info["ratio_to_bare_decompression"] = round(kw / best["bare"], 3)
@@ -222,7 +228,7 @@ def test_columns_compressed(benchmark, report, compressed_ratios, compression, w
 @pytest.mark.parametrize("compression", ["lz4", "zstd"])
 def test_records_compressed_aiokafka(benchmark, report, compression):
     data, _ = corpus(compression)
-    benchmark.pedantic(_aiokafka, (data,), rounds=3, warmup_rounds=1)
+    benchmark.pedantic(_aiokafka, (data,), rounds=_rounds(3), warmup_rounds=1)
     report(f"records-{compression}/aiokafka", TOTAL)
 
 
@@ -230,13 +236,13 @@ def test_records_compressed_aiokafka(benchmark, report, compression):
 
 def test_crc32c_throughput(benchmark, report):
     data, _ = corpus()
-    benchmark.pedantic(crc32c, (data,), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(crc32c, (data,), rounds=_rounds(10), warmup_rounds=1)
     report("crc32c", len(data), unit="bytes")
 
 
 def test_columns_whole_buffer(benchmark, report):
     data, _ = corpus()
-    benchmark.pedantic(_codec.decode_columns, (data,), rounds=10, warmup_rounds=1)
+    benchmark.pedantic(_codec.decode_columns, (data,), rounds=_rounds(10), warmup_rounds=1)
     report("columns-whole/kwire-cython", TOTAL)
 
 
@@ -244,14 +250,14 @@ def test_columns_fetch_chunks(benchmark, report):
     # what a consumer does: one decode per ~1 MiB partition response, results dropped
     chunks = fetch_chunks(corpus()[1])
     benchmark.pedantic(lambda: _consume(map(_codec.decode_columns, chunks), maxlen=0),
-                       rounds=10, warmup_rounds=1)
+                       rounds=_rounds(10), warmup_rounds=1)
     report("columns-chunks/kwire-cython", TOTAL)
 
 
 def test_columns_fetch_chunks_nocrc(benchmark, report):
     chunks = fetch_chunks(corpus()[1])
     benchmark.pedantic(lambda: _consume((_codec.decode_columns(c, False) for c in chunks), maxlen=0),
-                       rounds=10, warmup_rounds=1)
+                       rounds=_rounds(10), warmup_rounds=1)
     report("columns-chunks-nocrc/kwire-cython", TOTAL)
 
 
@@ -261,5 +267,5 @@ def test_columns_to_arrow(benchmark, report):
 
     chunks = fetch_chunks(corpus()[1])
     benchmark.pedantic(lambda: _consume((to_arrow(_codec.decode_columns(c)) for c in chunks), maxlen=0),
-                       rounds=3, warmup_rounds=1)
+                       rounds=_rounds(3), warmup_rounds=1)
     report("columns-to-arrow/kwire-cython", TOTAL)
