@@ -53,6 +53,8 @@ def pytest_terminal_summary(terminalreporter):
     rows = [
         ("kwire cython vs aiokafka (both check CRCs)", "records/kwire-cython", "records/aiokafka"),
         ("kwire cython vs aiokafka (no CRC checks)", "records-nocrc/kwire-cython", "records-nocrc/aiokafka"),
+        ("kwire cython vs aiokafka (every field read, CRCs)", "records-touching/kwire-cython",
+         "records-touching/aiokafka"),
         ("kwire cython vs kafka-python (CRCs)", "records/kwire-cython", "records/kafka-python"),
         ("kwire cython vs kwire pure", "records/kwire-cython", "records/kwire-pure"),
         ("decode_columns (1 MiB chunks) vs iter_records", "columns-chunks/kwire-cython", "records/kwire-cython"),

@@ -1,7 +1,7 @@
 """The consumer's driver: the background thread that owns the network and the state machines.
 
 :class:`Driver` owns the NetworkClient, the SubscriptionState and every state machine
-(GroupCoordinator or ConsumerGroupMember, PositionManager, Fetcher).  Its loop is :meth:`Driver.run`:
+(ClassicGroupMember or ConsumerGroupMember, PositionManager, Fetcher).  Its loop is :meth:`Driver.run`:
 :meth:`Driver.step` applies the application's commands, lets each machine ``poll(now_ms)`` for
 requests, sends them, decodes fetched records and hands events over; then the driver waits in
 ``NetworkClient.poll`` until the deadline ``step`` returned or a response, and gives the
@@ -26,6 +26,7 @@ from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
 from ..stats import ConsumerStats
 from .assignors import get_assignor
+from .classic import ClassicGroupMember
 from .coordinator import GroupCoordinator
 from .fetcher import FetchedChunk, Fetcher
 from .member import ConsumerGroupMember
@@ -265,7 +266,7 @@ class Driver:
         self._group_id = cfg.group_id
         member_kw = {"remote_assignor": cfg.group_remote_assignor} \
             if cfg.group_protocol == "consumer" else {}
-        self._coord: GroupCoordinator = (ConsumerGroupMember if member_kw else GroupCoordinator)(
+        self._coord: GroupCoordinator = (ConsumerGroupMember if member_kw else ClassicGroupMember)(
             self._subs, group_id=cfg.group_id, **member_kw,
             assignors=[get_assignor(n) for n in cfg.partition_assignment_strategy],
             group_instance_id=cfg.group_instance_id, session_timeout_ms=cfg.session_timeout_ms,

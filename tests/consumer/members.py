@@ -1,10 +1,10 @@
-"""Group members for state-machine tests: a SubscriptionState + GroupCoordinator (+ optional
+"""Group members for state-machine tests: a SubscriptionState + ClassicGroupMember (+ optional
 PositionManager and Fetcher) standing in for a consumer, with an "application" that polls and
 acknowledges revocations at once unless told otherwise."""
 from __future__ import annotations
 
 from kwire.consumer.assignors import get_assignor
-from kwire.consumer.coordinator import GroupCoordinator
+from kwire.consumer.classic import ClassicGroupMember
 from kwire.consumer.subscription import SubscriptionState
 from kwire.consumer.types import (
     AssignPartitions,
@@ -26,7 +26,7 @@ class GroupMember:
         self.subs = SubscriptionState(reset)
         if topics:
             self.subs.subscribe(topics)
-        self.coord = GroupCoordinator(
+        self.coord = ClassicGroupMember(
             self.subs, group_id=group, assignors=[get_assignor(a) for a in assignors],
             group_instance_id=instance_id, session_timeout_ms=session_timeout_ms,
             rebalance_timeout_ms=max_poll_interval_ms, heartbeat_interval_ms=heartbeat_interval_ms,
