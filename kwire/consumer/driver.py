@@ -118,7 +118,7 @@ class Seek:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    items: list[tuple[TP, tuple[int, int | None, int] | None]]  # (tp, the application's position)
+    items: list[tuple[TP, tuple[int, int | None] | None]]  # (tp, the application's position: offset, epoch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,345 @@
+"""The application thread's side of a :class:`~kwire.consumer.Consumer`: what it has received
+from the driver and not yet returned (the current chunk, positions, fences, the assignment as
+the application sees it), the events it handles in order with the records (callbacks run
+here), and how it talks to the driver (commands posted, futures awaited).  The state is set up
+by ``Consumer.__init__`` and read and written by the application thread only (see
+:mod:`kwire.consumer.consumer` for the two threads)."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..config import Config
+from ..errors import (
+    ConsumerClosedError,
+    DecompressionLimitError,
+    KafkaTimeoutError,
+    KwireError,
+    LogTruncationError,
+    MaxPollIntervalExceededError,
+    NoOffsetForPartitionError,
+)
+from ..net import now_ms
+from .driver import (
+    AckRevoke,
+    AssignmentChanged,
+    Channel,
+    Command,
+    Driver,
+    Future,
+    GroupEvent,
+    PartitionEOF,
+    SeekDone,
+)
+from .fetcher import FetchedChunk
+from .types import (
+    AssignPartitions,
+    CommitResult,
+    ErrorAction,
+    LosePartitions,
+    RevokePartitions,
+    TopicPartition,
+)
+
+log = logging.getLogger("kwire.consumer")
+
+_INF = float("inf")
+
+
+def _timeout_s(timeout: float | None) -> float | None:
+    if timeout is None or timeout < 0:
+        return None
+    return float(timeout)
+
+
+class AppThread:
+    """The application thread's state and its handling of what the driver sends."""
+
+    config: Config
+    _ch: Channel
+    _driver: Driver
+    _thread: threading.Thread
+    _q: deque[Any]
+    _urgent: deque[Any]
+    _cond: threading.Condition
+    _cmds: deque[Any]
+    _consumed: dict[Any, Any]   # tp -> (offset, leader epoch, fence): what counts as consumed
+    _stats: Any
+    _group_id: str | None
+    _isolation: int
+    _unsignalled: int           # bytes released since the driver was last woken
+    _wake_after_bytes: int
+    _cur: list[Any] | None      # the current chunk's records, handed out from _idx on
+    _cur_chunk: FetchedChunk | None
+    _cur_tp: Any
+    _idx: int
+    _fence: dict[Any, float]    # tp -> lowest acceptable chunk fence
+    _assign_fence: dict[Any, int]  # tp -> the fence of its assignment
+    _pending_seeks: dict[Any, int]
+    _pos: dict[Any, Any]        # tp -> (next offset, leader epoch, assign fence)
+    _dirty: set[Any]
+    _assigned: dict[Any, bool]  # the application's view of the assignment
+    _on_assign: Callable[..., Any] | None
+    _on_revoke: Callable[..., Any] | None
+    _on_lost: Callable[..., Any] | None
+    _auto_store: bool
+    _closed: bool
+    _app_event: PartitionEOF | None  # handed out by the next poll()/consume()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConsumerClosedError("the consumer is closed")
+        if self._ch.driver_error is not None:
+            raise self._ch.driver_error
+
+    def _deadline(self, timeout: float | None) -> float:
+        t = _timeout_s(timeout)
+        return _INF if t is None else now_ms() + t * 1000
+
+    def _post(self, cmd: Command) -> None:
+        self._cmds.append(cmd)
+        self._driver.wakeup()
+
+    def _wait(self, fut: Future, timeout: float | None) -> Any:
+        t = _timeout_s(timeout)
+        end = None if t is None else now_ms() + t * 1000
+        while True:
+            step = 0.2 if end is None else max(0.0, min(0.2, (end - now_ms()) / 1000))
+            try:
+                return fut.wait(step)
+            except KafkaTimeoutError:
+                if self._ch.driver_error is not None:
+                    raise self._ch.driver_error from None
+                if not self._thread.is_alive():
+                    raise KwireError("the consumer's driver thread stopped") from None
+                if end is not None and now_ms() >= end:
+                    raise
+
+    def _call(self, command: Callable[..., Command], *args: Any) -> Any:
+        """Post ``command(*args, fut)`` and wait for its answer."""
+        fut = Future()
+        self._post(command(*args, fut))
+        return self._wait(fut, None)
+
+    def _lost_pending(self) -> set[Any]:
+        """Partitions lost by the driver whose event waits in the urgent queue."""
+        lost: set[Any] = set()
+        for ev in list(self._urgent):  # (a copy, taken at once: the driver may append)
+            if type(ev) is GroupEvent and isinstance(ev.action, LosePartitions):
+                lost.update(ev.action.partitions)
+        return lost
+
+    def _app_enter(self) -> None:
+        """Records returned by the previous call are consumed now (at-least-once); with
+        enable.auto.offset.store=false only store_offsets() says what is consumed."""
+        self._ch.last_poll_ms = now_ms()
+        if self._dirty and self._auto_store:
+            pos, consumed = self._pos, self._consumed
+            for tp in self._dirty:
+                p = pos.get(tp)
+                if p is not None:
+                    consumed[tp] = p
+            self._dirty.clear()
+            self._ch.consumed_ver += 1
+        elif self._dirty:
+            self._dirty.clear()
+
+    def _consumed_for(self, tps: Iterable[Any]) -> dict[Any, Any]:
+        return {tp: self._consumed[tp] for tp in tps if tp in self._consumed}
+
+    def _release(self, chunk: FetchedChunk) -> None:
+        self._ch.released.append((chunk.tp, chunk.nbytes))
+        self._unsignalled += chunk.nbytes
+        if self._unsignalled >= self._wake_after_bytes:
+            self._wake_driver()
+
+    def _wake_driver(self) -> None:
+        """Tell a waiting driver about the bytes taken since the last call, if it has use for
+        them: chunks to decode, or room to fetch again."""
+        self._unsignalled = 0
+        if self._driver.wants_wakeup():
+            self._driver.wakeup()
+
+    def _done_chunk(self) -> None:
+        chunk = self._cur_chunk
+        self._cur = self._cur_chunk = self._cur_tp = None
+        self._idx = 0
+        if chunk is not None:
+            self._release(chunk)
+
+    def _drop_current(self, tp: Any) -> None:
+        if self._cur_tp == tp:
+            self._done_chunk()
+
+    def _forget(self, tps: Iterable[Any]) -> None:
+        for tp in tps:
+            self._assigned.pop(tp, None)
+            self._fence.pop(tp, None)
+            self._assign_fence.pop(tp, None)
+            self._pending_seeks.pop(tp, None)
+            self._pos.pop(tp, None)
+            self._consumed.pop(tp, None)
+            self._dirty.discard(tp)
+            self._drop_current(tp)
+        self._ch.consumed_ver += 1
+
+    def _adopt(self, fences: dict[Any, int]) -> None:
+        for tp, f in fences.items():
+            self._assigned[tp] = True
+            self._fence[tp] = f
+            self._assign_fence[tp] = f
+            self._pending_seeks.pop(tp, None)
+            self._pos.pop(tp, None)
+            self._consumed.pop(tp, None)
+
+    def _next_chunk(self, deadline: float, events: bool = True) -> bool:
+        """Make the next acceptable chunk current, handling events on the way; False when the
+        deadline passes first (or, with ``events=False``, when an event comes next)."""
+        q = self._q
+        urgent = self._urgent
+        while True:
+            if urgent:
+                if not events:
+                    return False
+                self._take_urgent()
+            try:
+                if not events and type(q[0]) is not FetchedChunk:
+                    return False
+                item = q.popleft()
+            except IndexError:
+                if self._ch.driver_error is not None:
+                    raise self._ch.driver_error from None
+                now = now_ms()
+                if now >= deadline:
+                    return False
+                if self._unsignalled:
+                    self._wake_driver()  # out of records: whatever we took counts now
+                with self._cond:
+                    self._ch.app_waiting = True
+                    self._ch.in_poll = True
+                    try:
+                        if not q and not urgent:
+                            wait = None if deadline == _INF else (deadline - now) / 1000
+                            self._cond.wait(min(wait, 1.0) if wait is not None else 1.0)
+                    finally:
+                        self._ch.app_waiting = False
+                        self._ch.in_poll = False
+                self._ch.last_poll_ms = now_ms()
+                continue
+            if type(item) is FetchedChunk:
+                f = self._fence.get(item.tp)
+                if f is None or item.fence < f:
+                    self._release(item)
+                    continue
+                if not item.records:  # only control batches or aborted transactions
+                    self._step_over(item)
+                    continue
+                self._cur = item.records
+                self._cur_chunk = item
+                self._cur_tp = item.tp
+                self._idx = 0
+                return True
+            if type(item) is PartitionEOF:
+                f = self._fence.get((item.topic, item.partition))
+                if f is None or item.fence < f:
+                    continue  # seeked, paused or revoked since
+                self._app_event = item
+                return False
+            self._event(item)
+
+    def _take_urgent(self) -> None:
+        """Handle the group events waiting (callbacks run here; an error raised leaves the rest
+        for the next call)."""
+        urgent = self._urgent
+        while urgent:
+            self._event(urgent.popleft())
+
+    def _step_over(self, chunk: FetchedChunk) -> None:
+        """The position moves past a chunk with no record for the application (its bytes were
+        released when it was decoded), as past a record: position() and commits see it."""
+        tp = chunk.tp
+        prev = self._pos.get(tp)
+        self._pos[tp] = (chunk.next_offset, prev[1] if prev else None, self._assign_fence.get(tp, 0))
+        self._dirty.add(tp)
+
+    def _event(self, item: Any) -> None:
+        """One event from the driver, in the application thread (callbacks run here)."""
+        match item:
+            case dict():  # a statistics document from the driver (stats_cb)
+                self._stats.deliver(self, item)
+            case SeekDone(tp=tp, fence=fence):
+                n = self._pending_seeks.get(tp, 0) - 1
+                if n <= 0:
+                    self._pending_seeks.pop(tp, None)
+                    # (a seek from before a revocation and a new assignment is stale: group
+                    # events overtake the queue, so its completion may come after the new
+                    # assignment)
+                    if tp in self._assigned and fence >= self._assign_fence.get(tp, 0):
+                        self._fence[tp] = fence
+                else:
+                    self._pending_seeks[tp] = n
+            case AssignmentChanged(removed=removed, added=added):
+                self._forget(removed)
+                self._adopt(added)
+            case GroupEvent(action=action):
+                if self._stats is not None:
+                    self._stats.on_rebalance(type(action).__name__, now_ms())
+                self._group_event(item, action)
+            case CommitResult(error=error, offsets=offsets):
+                cb = self.config.on_commit
+                if cb is not None:
+                    cb(error, [TopicPartition(t, p, o.offset, o.metadata, o.leader_epoch)
+                               for (t, p), o in sorted(offsets.items())])
+            case ErrorAction():
+                self._error(item)
+            case BaseException():
+                raise item
+
+    def _group_event(self, item: GroupEvent, action: Any) -> None:
+        match action:
+            case AssignPartitions(partitions=partitions):
+                self._adopt(item.fences)
+                if self._on_assign is not None:
+                    self._on_assign(self, [TopicPartition(t, p) for t, p in partitions])
+            case RevokePartitions(partitions=partitions, ack_id=ack_id):
+                # Partitions lost since the revocation was asked for (e.g. max.poll.interval
+                # expired before the application came back) get on_lost only, not both.
+                lost = {tp for ev in self._urgent if type(ev) is GroupEvent
+                        and isinstance(ev.action, LosePartitions) for tp in ev.action.partitions}
+                tps = [TopicPartition(t, p) for t, p in partitions
+                       if (t, p) in self._assigned and (t, p) not in lost]
+                self._app_enter()
+                consumed = self._consumed_for(partitions)
+                try:
+                    if self._on_revoke is not None and tps:
+                        self._on_revoke(self, tps)
+                finally:
+                    self._app_enter()
+                    consumed.update(self._consumed_for(partitions))
+                    self._forget([tp for tp in partitions if tp not in lost])
+                    self._post(AckRevoke(ack_id, consumed))
+            case LosePartitions(partitions=partitions):
+                tps = [TopicPartition(t, p) for t, p in partitions if (t, p) in self._assigned]
+                self._forget(partitions)
+                cb = self._on_lost or self._on_revoke
+                if cb is not None and tps:
+                    cb(self, tps)
+
+    def _error(self, item: ErrorAction) -> None:
+        err = item.error
+        # (a batch over fetch.max.decompressed.bytes fails the same way on every re-fetch: the
+        # application must raise the limit or seek past it, so it is raised too)
+        if item.fatal or isinstance(err, (NoOffsetForPartitionError, LogTruncationError,
+                                          MaxPollIntervalExceededError, DecompressionLimitError)) or \
+                getattr(err, "name", "") in ("OFFSET_OUT_OF_RANGE", "TOPIC_AUTHORIZATION_FAILED",
+                                             "GROUP_AUTHORIZATION_FAILED"):
+            raise err
+        cb = self.config.error_cb
+        if cb is not None:
+            cb(err)
+        else:
+            where = ", ".join(f"{t} [{p}]" for t, p in item.partitions or ())
+            log.warning("consumer error%s: %s", f" on {where}" if where else "", err)
