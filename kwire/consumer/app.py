@@ -23,17 +23,17 @@ from ..errors import (
     NoOffsetForPartitionError,
 )
 from ..net import now_ms
-from .driver import (
+from .channel import (
     AckRevoke,
     AssignmentChanged,
     Channel,
     Command,
-    Driver,
     Future,
     GroupEvent,
     PartitionEOF,
     SeekDone,
 )
+from .driver import Driver
 from .fetcher import FetchedChunk
 from .types import (
     AssignPartitions,

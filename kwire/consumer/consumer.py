@@ -54,12 +54,11 @@ from ..errors import (
     KwireError,
 )
 from ..net import now_ms
-from .driver import (
+from .channel import (
     CLOSE_TIMEOUT_MS,
     Assign,
     Channel,
     Close,
-    Driver,
     Future,
     PartitionEOF,
     Stop,
@@ -67,6 +66,7 @@ from .driver import (
     Unassign,
     Unsubscribe,
 )
+from .driver import Driver
 from .fetcher import DECODE_AHEAD_BYTES, FetchedChunk
 from .offset_calls import OffsetCalls, _tps
 from .types import (

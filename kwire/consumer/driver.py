@@ -8,41 +8,43 @@ requests, sends them, decodes fetched records and hands events over; then the dr
 responses back to their machines (:meth:`Driver.on_done`).
 
 The application thread (:class:`~kwire.consumer.Consumer`) and the driver talk only through a
-:class:`Channel`: commands (frozen dataclasses, below) go one way, chunks of records and events
-the other.  Each field of the channel has one writer, named beside it.
+:class:`~kwire.consumer.channel.Channel`: commands (frozen dataclasses, :mod:`.channel`) go one
+way, chunks of records and events the other.  Each field of the channel has one writer, named
+beside it.  The commands are applied by :mod:`.driver_commands`.
 """
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
-from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError
+from ..errors import KafkaConnectionError, KwireError
 from ..net import NetworkClient, now_ms
 from ..net.metadata import Metadata
 from ..stats import ConsumerStats
 from .assignors import get_assignor
+from .channel import (
+    TP,
+    Channel,
+    Future,
+    GroupEvent,
+    PartitionEOF,
+)
 from .classic import ClassicGroupMember
 from .coordinator import GroupCoordinator
+from .driver_commands import CommandHandlers
 from .fetcher import FetchedChunk, Fetcher
 from .member import ConsumerGroupMember
 from .offsets import READ_COMMITTED, READ_UNCOMMITTED, ListOffsetsResult, PositionManager
-from .subscription import FetchState, ResetStrategy, SubscriptionState
+from .subscription import SubscriptionState
 from .types import (
     COORDINATOR,
     COORDINATOR_BROKER,
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    OFFSET_INVALID,
-    OFFSET_STORED,
     AssignPartitions,
     CommitResult,
     CommittedResult,
-    ErrorAction,
     LosePartitions,
     Request,
     RevokePartitions,
@@ -53,200 +55,9 @@ log = logging.getLogger("kwire.consumer")
 
 _MAX_WAIT_MS = 1000          # the driver wakes at least this often
 _UNKNOWN_TOPIC_REFRESH_MS = 1000
-CLOSE_TIMEOUT_MS = 15000
-
-TP = tuple[str, int]
-Consumed = dict[TP, tuple[int, "int | None", int]]  # tp -> (next offset, leader epoch, fence)
 
 
-class Future:
-    """The answer to a command, set by the driver, waited for by the application."""
-    __slots__ = ("_event", "value", "error")
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def set(self, value: Any = None, error: BaseException | None = None) -> None:
-        self.value, self.error = value, error
-        self._event.set()
-
-    def wait(self, timeout_s: float | None) -> Any:
-        if not self._event.wait(timeout_s):
-            raise KafkaTimeoutError("the operation did not complete within the timeout")
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-# --- commands: application -> driver ---------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    topics: list[str]
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    consumed: Consumed
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Assign:
-    """Manual assignment (or, inside on_assign, the offsets to start the group's partitions at):
-    ``parts`` [(topic, partition, offset or None, leader epoch or None)]."""
-    parts: list[tuple[str, int, int | None, int | None]]
-    incremental: bool
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Unassign:
-    tps: list[TP] | None  # None: all
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Seek:
-    tp: TP
-    offset: int
-    leader_epoch: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    items: list[tuple[TP, tuple[int, int | None] | None]]  # (tp, the application's position: offset, epoch)
-
-
-@dataclass(frozen=True, slots=True)
-class Resume:
-    tps: list[TP]
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    offsets: dict[TP, Any]  # tp -> OffsetAndMetadata
-    fut: Future | None  # None: asynchronous, the result goes to on_commit only
-
-
-@dataclass(frozen=True, slots=True)
-class FetchCommitted:
-    tps: list[TP]
-    fut: Future
-    timeout_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class ListOffsets:
-    timestamps: dict[TP, int]
-    fut: Future
-    timeout_ms: int | None
-    isolation: int
-
-
-@dataclass(frozen=True, slots=True)
-class AckRevoke:
-    """on_revoke returned: ``consumed`` the positions to commit before the partitions go."""
-    ack_id: int
-    consumed: Consumed
-
-
-@dataclass(frozen=True, slots=True)
-class Positions:
-    tps: list[TP]
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Watermarks:
-    tp: TP
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class FetchMetadata:
-    topic: str | None
-    fut: Future
-    timeout_ms: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    consumed: Consumed
-    fut: Future
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    """End the driver's loop at once (the consumer is being collected)."""
-
-
-Command = (Subscribe | Unsubscribe | Assign | Unassign | Seek | Pause | Resume | Commit
-           | FetchCommitted | ListOffsets | AckRevoke | Positions | Watermarks | FetchMetadata
-           | Close | Stop)
-
-
-# --- events: driver -> application (besides the state machines' actions) ----------------------------
-
-@dataclass(frozen=True, slots=True)
-class SeekDone:
-    tp: TP
-    fence: int
-
-
-@dataclass(frozen=True, slots=True)
-class AssignmentChanged:
-    """Manual assignment changed: ``added`` {tp: created fence}, ``removed`` [tp]."""
-    added: dict[TP, int]
-    removed: list[TP]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupEvent:
-    """A coordinator action with the fences the application needs."""
-    action: AssignPartitions | RevokePartitions | LosePartitions
-    fences: dict[TP, int]
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class PartitionEOF:
-    """``enable.partition.eof``: the application has had every record of ``topic`` [``partition``]
-    before ``offset``, the partition's high watermark when it was fetched.  poll() returns it
-    (consume() returns it alone in its list), once per end reached: again only after more
-    records, a seek or a new assignment."""
-    topic: str
-    partition: int
-    offset: int
-    fence: int
-
-    def __repr__(self) -> str:
-        return f"PartitionEOF({self.topic} [{self.partition}] at {self.offset})"
-
-
-class Channel:
-    """What the two threads share.  Deques (thread-safe append/popleft) carry the traffic; every
-    other field has one writer."""
-
-    def __init__(self) -> None:
-        self.q: deque[Any] = deque()           # driver -> app: chunks and events, in fetch order
-        self.urgent: deque[Any] = deque()      # driver -> app: group events, ahead of the chunks
-        self.cmds: deque[Command] = deque()  # app -> driver
-        self.released: deque[tuple[TP, int]] = deque()  # app -> driver: bytes taken from the buffer
-        self.cond = threading.Condition()  # the driver notifies a waiting application
-        self.app_waiting = False          # app writes: waiting on cond for the queue
-        self.in_poll = False              # app writes: blocked inside poll/consume/close
-        self.closing = False              # app writes: close() has begun
-        self.last_poll_ms = 0             # app writes
-        self.consumed: Consumed = {}      # app writes: what the application has consumed
-        self.consumed_ver = 0             # app writes: bumped when `consumed` changed
-        self.driver_error: BaseException | None = None  # driver writes: it stopped on this
-        self.driver_done = threading.Event()            # driver sets: its loop ended
-
-
-class Driver:
+class Driver(CommandHandlers):
     """The driver thread's side of a Consumer (see the module docstring)."""
 
     def __init__(self, cfg: Config, ch: Channel, *, tracer: Any = None, network: Any = None,
@@ -522,173 +333,6 @@ class Driver:
         coord.app_in_poll = ch.in_poll or ch.closing
         if ch.last_poll_ms > coord.last_app_poll_ms:
             coord.on_app_poll(ch.last_poll_ms)
-
-    def _apply_commands(self, now: int) -> bool:
-        """Apply the application's commands in order; True on Stop."""
-        cmds = self._ch.cmds
-        while cmds:
-            cmd = cmds.popleft()
-            try:
-                match cmd:
-                    case Stop():
-                        return True
-                    case Subscribe():
-                        self._subscribe(cmd)
-                    case Unsubscribe():
-                        self._mark(cmd.consumed)
-                        if self._subs.is_auto:
-                            self._coord.leave(now, revoke=False)
-                        cmd.fut.set(None)
-                    case Assign():
-                        self._assign(cmd)
-                    case Unassign():
-                        self._unassign(cmd)
-                    case Seek():
-                        if cmd.tp in self._subs:
-                            self._apply_offset(cmd.tp, cmd.offset, cmd.leader_epoch)
-                            self._push(SeekDone(cmd.tp, self._subs.state(cmd.tp).fence))
-                    case Pause():
-                        self._pause(cmd)
-                    case Resume():
-                        self._subs.resume(cmd.tps)
-                    case Commit():
-                        self._coord.commit(cmd.offsets, now, token=cmd.fut)
-                    case FetchCommitted():
-                        self._coord.fetch_committed(cmd.tps, now, token=cmd.fut,
-                                                    timeout_ms=cmd.timeout_ms)
-                    case ListOffsets():
-                        self._md.add_topics({t for t, _ in cmd.timestamps})
-                        self._positions.list_offsets(cmd.timestamps, now, token=cmd.fut,
-                                                     timeout_ms=cmd.timeout_ms,
-                                                     isolation_level=cmd.isolation)
-                    case AckRevoke():
-                        self._mark(cmd.consumed)
-                        self._coord.ack_revoke(cmd.ack_id, now)
-                    case Positions():
-                        cmd.fut.set(self._positions_of(cmd.tps))
-                    case Watermarks():
-                        cmd.fut.set(self._watermarks(cmd.tp))
-                    case FetchMetadata():
-                        self._fetch_metadata(cmd)
-                    case Close():
-                        self._mark(cmd.consumed)
-                        self._coord.leave(now, revoke=False, close=True)
-                        self._close_future = cmd.fut
-                        self._close_deadline_ms = now + CLOSE_TIMEOUT_MS
-            except Exception as exc:
-                fut = getattr(cmd, "fut", None)
-                if fut is not None:
-                    fut.set(error=exc)
-                else:
-                    self._push(ErrorAction(exc))
-        return False
-
-    def _mark(self, consumed: Consumed) -> None:
-        for tp, (off, ep, fence) in consumed.items():
-            self._subs.mark_consumed(tp, off, ep, fence=fence)
-
-    def _subscribe(self, cmd: Subscribe) -> None:
-        topics = cmd.topics
-        changed = self._subs.subscribe(topics)
-        if self._subs.is_pattern:
-            self._md.want_all_topics()
-        self._md.add_topics([t for t in topics if not t.startswith("^")])
-        self._md.request_update()
-        if changed:
-            self._coord.on_subscription_changed()
-        cmd.fut.set(None)
-
-    def _assign(self, cmd: Assign) -> None:
-        subs = self._subs
-        parts = cmd.parts
-        tps = [(t, p) for t, p, _, _ in parts]
-        if subs.is_auto:
-            # inside on_assign: the group decided the partitions; apply the offsets given
-            for t, p, off, ep in parts:
-                if (t, p) in subs:
-                    self._apply_offset((t, p), off, ep)
-            cmd.fut.set(None)
-            return
-        old = set(subs.assigned())
-        new = list(dict.fromkeys((list(subs.assigned()) if cmd.incremental else []) + tps))
-        subs.assign_manual(new)
-        self._md.add_topics({t for t, _ in new})
-        for t, p, off, ep in parts:
-            self._apply_offset((t, p), off, ep)
-        added = {tp: subs.state(tp).created_fence for tp in new if tp not in old}
-        removed = [tp for tp in old if tp not in set(new)]
-        self._push(AssignmentChanged(added, removed))
-        cmd.fut.set(None)
-
-    def _apply_offset(self, tp: TP, offset: int | None, leader_epoch: int | None) -> None:
-        st = self._subs.get(tp)
-        if st is None:
-            return
-        if offset is None or offset in (OFFSET_INVALID, OFFSET_STORED):
-            return  # committed offset (or the reset policy) decides
-        if offset == OFFSET_BEGINNING:
-            self._subs.request_reset(tp, ResetStrategy.EARLIEST)
-        elif offset == OFFSET_END:
-            self._subs.request_reset(tp, ResetStrategy.LATEST)
-        elif offset >= 0:
-            self._subs.seek(tp, offset, leader_epoch)
-
-    def _unassign(self, cmd: Unassign) -> None:
-        subs = self._subs
-        if subs.is_auto:
-            raise KwireError("unassign() while subscribed: use unsubscribe()")
-        old = subs.assigned()
-        keep = [] if cmd.tps is None else [tp for tp in old if tp not in set(cmd.tps)]
-        subs.assign_manual(keep)
-        self._push(AssignmentChanged({}, [tp for tp in old if tp not in set(keep)]))
-        cmd.fut.set(None)
-
-    def _pause(self, cmd: Pause) -> None:
-        subs = self._subs
-        for tp, app_pos in cmd.items:
-            st = subs.get(tp)
-            if st is None:
-                continue
-            st.paused = True
-            if st.state is FetchState.FETCHING:
-                # rewind to what the application has seen: buffered records are dropped
-                offset = app_pos[0] if app_pos is not None else st.fence_offset
-                if offset is not None:
-                    subs.seek(tp, offset)
-                    if app_pos is not None and app_pos[1] is not None and st.position is not None:
-                        st.position = st.position._replace(offset_epoch=app_pos[1])
-            self._push(SeekDone(tp, st.fence))
-
-    def _positions_of(self, tps: list[TP]) -> dict[TP, tuple[int, int | None]]:
-        out = {}
-        for tp in tps:
-            st = self._subs.get(tp)
-            if st is not None and st.state is FetchState.FETCHING and st.fence_offset is not None:
-                out[tp] = (st.fence_offset, st.position.offset_epoch if st.position else None)
-        return out
-
-    def _watermarks(self, tp: TP) -> tuple[int, int]:
-        st = self._subs.get(tp)
-        if st is None:
-            return (OFFSET_INVALID, OFFSET_INVALID)
-        return (st.log_start_offset if st.log_start_offset >= 0 else OFFSET_INVALID,
-                st.high_watermark if st.high_watermark >= 0 else OFFSET_INVALID)
-
-    def _fetch_metadata(self, cmd: FetchMetadata) -> None:
-        names = None if cmd.topic is None else [cmd.topic]
-        md = Metadata()
-        fut = cmd.fut
-
-        def done(f: Any) -> None:
-            if f.error is not None:
-                fut.set(error=f.error)
-                return
-            md.update(f.response, self._clock(), all_topics=True)
-            fut.set(md.snapshot())
-
-        f = self._net.send(None, "Metadata", lambda v: md.request_body(v, names),
-                           timeout_ms=cmd.timeout_ms)
-        self._inflight[f] = done
 
     def _close_complete(self, now: int) -> bool:
         if self._coord.closed:

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import KwireError
 from ..net import now_ms  # noqa: F401
 from .app import _INF, AppThread, _timeout_s
-from .driver import (
+from .channel import (
     Commit,
     FetchCommitted,
     FetchMetadata,

@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 
 from kwire.config import parse_config
-from kwire.consumer.driver import (
+from kwire.consumer.channel import (
     AckRevoke,
     Channel,
     Close,
     Commit,
-    Driver,
     Future,
     GroupEvent,
     Pause,
@@ -24,6 +23,7 @@ from kwire.consumer.driver import (
     Subscribe,
     Unassign,
 )
+from kwire.consumer.driver import Driver
 from kwire.consumer.fetcher import FetchedChunk
 from kwire.consumer.types import AssignPartitions, CommitResult, OffsetAndMetadata, RevokePartitions
 from kwire.errors import KwireError
