@@ -19,14 +19,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import warnings
-from typing import Any
 
-from ..admin import Admin as _KAdmin
 from ..admin import NewTopic as _KNewTopic
-from ..errors import ConfigError
-from ._config import config_error, split_config
-from ..admin import GroupDescription as _KGroupDescription
-from ..consumer.types import OffsetAndMetadata as _KOffset
 from ._admin_types import (FROM_WIRE_RESOURCE, WIRE_RESOURCE, AlterConfigOpType, ConfigEntry,  # noqa: F401
                            ConfigResource, ConfigSource, ConsumerGroupDescription, ConsumerGroupListing,
                            ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
@@ -34,7 +28,9 @@ from ._admin_types import (FROM_WIRE_RESOURCE, WIRE_RESOURCE, AlterConfigOpType,
                            ListOffsetsResultInfo, MemberAssignment, MemberDescription, NewPartitions,
                            Node, OffsetSpec, ResourceType, TopicCollection, TopicDescription,
                            TopicPartitionInfo, BROKER_STATE, AclOperation, Uuid)
-from ._types import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition, to_kafka_error
+from ._admin_base import _timeout
+from ._admin_groups import _GroupCalls
+from ._types import KafkaError, KafkaException, TopicPartition, to_kafka_error
 
 __all__ = ["AdminClient", "NewTopic", "ClusterMetadata", "BrokerMetadata", "TopicMetadata",
            "PartitionMetadata", "DeletedRecords", "NewPartitions", "ConfigResource", "ConfigEntry",
@@ -153,37 +149,8 @@ def _cluster_metadata(snap) -> ClusterMetadata:
     return cm
 
 
-_GROUP_ID_NOT_FOUND = 69
-
-
-def _timeout(t):
-    return None if t is None or t < 0 else float(t)
-
-
-class AdminClient:
+class AdminClient(_GroupCalls):
     """confluent-kafka's AdminClient(conf) over kwire's Admin."""
-
-    def __init__(self, conf: dict | None = None, **kwargs: Any):
-        kconf, extra = split_config(conf, kwargs, "admin")
-        kconf.pop("logger", None)
-        for k in ("group.id", "enable.auto.commit"):
-            kconf.pop(k, None)
-        try:
-            self._a = _KAdmin(kconf)
-        except ConfigError as exc:
-            raise config_error(exc) from None
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kwire-admin")
-
-    def _request_timeout(self, request_timeout, operation_timeout) -> float:
-        """librdkafka's rule: request_timeout, by default socket.timeout.ms; at least the
-        operation_timeout the brokers are given."""
-        t = _timeout(request_timeout)
-        if t is None:
-            t = self._a.config.socket_timeout_ms / 1000
-        return max(t, float(operation_timeout or 0))
-
-    def _submit(self, fn, *args) -> concurrent.futures.Future:
-        return self._pool.submit(fn, *args)
 
     def create_topics(self, new_topics, operation_timeout=0, request_timeout=-1, validate_only=False):
         """``{topic: Future}``; each future's result is None, or it raises KafkaException."""
@@ -261,28 +228,6 @@ class AdminClient:
         return futs
 
     # --- the rest of kwire's Admin, as confluent-kafka's futures ---------------------------------
-    def _dispatch(self, futs: dict, work) -> dict:
-        """Run ``work() -> {key: result | exception}`` on the worker thread and complete
-        ``futs`` (same keys) from it; an exception of ``work`` itself fails them all."""
-        for f in futs.values():
-            f.set_running_or_notify_cancel()
-
-        def run():
-            try:
-                res = work()
-            except BaseException as exc:
-                for f in futs.values():
-                    f.set_exception(KafkaException(to_kafka_error(exc)))
-                return
-            for k, f in futs.items():
-                r = res.get(k)
-                if isinstance(r, BaseException):
-                    f.set_exception(r if isinstance(r, KafkaException) else KafkaException(to_kafka_error(r)))
-                else:
-                    f.set_result(r)
-        self._submit(run)
-        return futs
-
     def delete_topics(self, topics, operation_timeout=0, request_timeout=-1):
         """``{topic: Future}``; each result is None."""
         if not isinstance(topics, list) or not topics:
@@ -380,155 +325,6 @@ class AdminClient:
                                         raise_on_error=False)
             return {r: res[w] for r, w in wire.items()}
         return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
-
-    def list_consumer_groups(self, request_timeout=-1, states=None, types=None):
-        """One Future; its result is a ListConsumerGroupsResult (``valid`` listings, ``errors``
-        of brokers that failed)."""
-        for what, value, cls in (("states", states, ConsumerGroupState), ("types", types, ConsumerGroupType)):
-            if value is not None:
-                if not isinstance(value, set):
-                    raise TypeError(f"'{what}' must be a set")
-                if not all(isinstance(v, cls) for v in value):
-                    raise TypeError(f"All elements of {what} must be of type {cls.__name__}")
-        st = None if not states else [BROKER_STATE[s] for s in states]
-        ty = None if not types else [t.name.lower() for t in types]
-        timeout = self._request_timeout(request_timeout, 0)
-        fut = concurrent.futures.Future()
-
-        def work():
-            listed = self._a.list_groups(st, ty, timeout)
-            return {None: ListConsumerGroupsResult(
-                [ConsumerGroupListing(g.group_id, g.protocol_type == "", ConsumerGroupState.of(g.state),
-                                      ConsumerGroupType.of(g.type)) for g in listed.groups],
-                [to_kafka_error(e) for e in listed.errors.values()])}
-        self._dispatch({None: fut}, work)
-        return fut
-
-    @staticmethod
-    def _group_ids(group_ids) -> list:
-        if not isinstance(group_ids, list) or not group_ids:
-            raise ValueError("Expected non-empty list of group_ids")
-        for g in group_ids:
-            if not isinstance(g, str):
-                raise TypeError("Expected list of group_ids as strings")
-        return group_ids
-
-    def describe_consumer_groups(self, group_ids, include_authorized_operations=False, request_timeout=-1):
-        """``{group_id: Future}``; each result is a ConsumerGroupDescription."""
-        group_ids = self._group_ids(group_ids)
-        timeout = self._request_timeout(request_timeout, 0)
-
-        def describe(d) -> ConsumerGroupDescription:
-            kip848 = d.type == "consumer"
-            members = [MemberDescription(m.member_id, m.client_id, m.client_host,
-                                         MemberAssignment([TopicPartition(t, p) for t, p in m.assignment]),
-                                         m.group_instance_id,
-                                         MemberAssignment([TopicPartition(t, p) for t, p in m.target_assignment])
-                                         if kip848 else None) for m in d.members]
-            c = d.coordinator
-            return ConsumerGroupDescription(d.group_id, d.protocol_type == "", members, d.protocol,
-                                            ConsumerGroupState.of(d.state), Node(c.id, c.host, c.port, c.rack),
-                                            None, ConsumerGroupType.of(d.type))
-
-        def work():
-            res = self._a.describe_consumer_groups(group_ids, timeout, raise_on_error=False)
-            for g, r in res.items():
-                if getattr(r, "code", None) == _GROUP_ID_NOT_FOUND:
-                    # librdkafka describes a group that does not exist as an empty, dead one
-                    res[g] = _KGroupDescription(g, "Dead", "", "", (), r.coordinator)
-            return {g: describe(r) if isinstance(r, _KGroupDescription) else r for g, r in res.items()}
-        return self._dispatch({g: concurrent.futures.Future() for g in group_ids}, work)
-
-    def delete_consumer_groups(self, group_ids, request_timeout=-1):
-        """``{group_id: Future}``; each result is None."""
-        group_ids = self._group_ids(group_ids)
-        timeout = self._request_timeout(request_timeout, 0)
-        return self._dispatch({g: concurrent.futures.Future() for g in group_ids},
-                              lambda: self._a.delete_consumer_groups(group_ids, timeout, raise_on_error=False))
-
-    @staticmethod
-    def _one_group(request, verb: str, *, need_partitions: bool) -> ConsumerGroupTopicPartitions:
-        if request is None:
-            raise TypeError("request cannot be None")
-        if not isinstance(request, list):
-            raise TypeError("request must be a list")
-        if len(request) != 1:
-            raise ValueError(f"Currently we support {verb} offsets for a single consumer group only")
-        req = request[0]
-        if not isinstance(req, ConsumerGroupTopicPartitions):
-            raise TypeError("Expected list of 'ConsumerGroupTopicPartitions'")
-        if req.group_id is None:
-            raise TypeError("'group_id' cannot be None")
-        if not isinstance(req.group_id, str):
-            raise TypeError("'group_id' must be a string")
-        if not req.group_id:
-            raise ValueError("'group_id' cannot be empty")
-        tps = req.topic_partitions
-        if tps is None:
-            if need_partitions:
-                raise ValueError("'topic_partitions' cannot be null")
-            return req
-        if not isinstance(tps, list):
-            raise TypeError("'topic_partitions' must be a list")
-        if not tps:
-            raise ValueError("'topic_partitions' cannot be empty")
-        for tp in tps:
-            if tp is None:
-                raise ValueError("Element of 'topic_partitions' cannot be None")
-            if not isinstance(tp, TopicPartition):
-                raise TypeError("Element of 'topic_partitions' must be of type TopicPartition")
-            if not tp.topic:
-                raise ValueError("Element of 'topic_partitions' must not have 'topic' attribute as Empty")
-            if tp.partition < 0:
-                raise ValueError("Element of 'topic_partitions' must not have negative 'partition' value")
-            if need_partitions and tp.offset < 0:
-                raise ValueError("Element of 'topic_partitions' must not have negative value for 'offset' field")
-            if not need_partitions and tp.offset != OFFSET_INVALID:
-                raise ValueError("Element of 'topic_partitions' must not have 'offset' value")
-        return req
-
-    def list_consumer_group_offsets(self, list_consumer_group_offsets_request, require_stable=False,
-                                    request_timeout=-1):
-        """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions
-        whose TopicPartitions carry the committed offsets (OFFSET_INVALID: none)."""
-        req = self._one_group(list_consumer_group_offsets_request, "listing", need_partitions=False)
-        g = req.group_id
-        parts = None if req.topic_partitions is None else [(tp.topic, tp.partition) for tp in req.topic_partitions]
-        timeout = self._request_timeout(request_timeout, 0)
-
-        def work():
-            res = self._a.list_consumer_group_offsets(g, parts, timeout, require_stable=require_stable)
-            keys = parts if parts is not None else sorted(res)
-            out = []
-            for t, p in keys:
-                om = res.get((t, p))
-                off = om.offset if om is not None and om.offset >= 0 else OFFSET_INVALID
-                out.append(TopicPartition(t, p, off, (om.metadata or None) if om else None,
-                                          -1 if om is None or om.leader_epoch is None else om.leader_epoch))
-            return {g: ConsumerGroupTopicPartitions(g, out)}
-        return self._dispatch({g: concurrent.futures.Future()}, work)
-
-    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request, request_timeout=-1):
-        """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions,
-        each TopicPartition with its ``error`` (None when set)."""
-        req = self._one_group(alter_consumer_group_offsets_request, "altering", need_partitions=True)
-        g = req.group_id
-        offsets = {(tp.topic, tp.partition): _KOffset(tp.offset, tp.leader_epoch, tp.metadata or "")
-                   for tp in req.topic_partitions}
-        timeout = self._request_timeout(request_timeout, 0)
-
-        def work():
-            res = self._a.alter_consumer_group_offsets(g, offsets, timeout, raise_on_error=False)
-            out = []
-            for tp in req.topic_partitions:
-                n = TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
-                                   -1 if tp.leader_epoch is None else tp.leader_epoch)
-                err = res.get((tp.topic, tp.partition))
-                if err is not None:
-                    object.__setattr__(n, "error", to_kafka_error(err))
-                out.append(n)
-            return {g: ConsumerGroupTopicPartitions(g, out)}
-        return self._dispatch({g: concurrent.futures.Future()}, work)
 
     def list_offsets(self, topic_partition_offsets, request_timeout=-1, isolation_level=None):
         """``{TopicPartition: Future}``; each result is a ListOffsetsResultInfo."""
