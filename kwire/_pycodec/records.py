@@ -440,6 +440,10 @@ def _rewrap(exc, start, decompressed):
 # magic raises CorruptRecordError at the decoder's position.
 
 _ENTRY_HEAD = struct.Struct(">qi")           # offset, size
+# base offset, size, leader epoch, magic, (crc), attributes, last offset delta, (timestamps),
+# producer id, (producer epoch, base sequence), records count
+_SPAN_V2 = struct.Struct(">qiiB4xhi16xq6xi")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Span(_ByValue):
@@ -542,6 +546,24 @@ def _control_type(buf, pos, end):
     return ((buf[pos + 2] << 8 | buf[pos + 3]) ^ 0x8000) - 0x8000
 
 
+def _span(start, end, base_offset, last_offset, magic, leader_epoch, producer_id,
+          is_transactional, is_control, control_type, _new=object.__new__):
+    # Span() without its argument checks (the scan's values are ints and bools already):
+    # a third of the scan's time otherwise
+    s = _new(Span)
+    s.start = start
+    s.end = end
+    s.base_offset = base_offset
+    s.last_offset = last_offset
+    s.magic = magic
+    s.leader_epoch = leader_epoch
+    s.producer_id = producer_id
+    s.is_transactional = is_transactional
+    s.is_control = is_control
+    s.control_type = control_type
+    return s
+
+
 def scan_spans(data, *, until_damage=False):
     """The complete entries of a record set (a Fetch answer's ``records``), as a list of
     :class:`Span`, from their headers only (no CRC check, no decoding).
@@ -555,10 +577,10 @@ def scan_spans(data, *, until_damage=False):
     end = len(buf)
     out = []
     pos = 0
-    head, v2 = _ENTRY_HEAD.unpack_from, _V2_HEAD.unpack_from
+    head, v2, span, frame = _ENTRY_HEAD.unpack_from, _SPAN_V2.unpack_from, _span, _frame
     try:
         while True:
-            size = _frame(buf, pos, end)
+            size = frame(buf, pos, end)
             if size is None:
                 break
             stop = pos + _LOG_OVERHEAD + size
@@ -566,17 +588,19 @@ def scan_spans(data, *, until_damage=False):
             if magic == 2:
                 if size < _V2_MIN_LENGTH:
                     raise _short_batch(pos, size)
-                (base, _, epoch, _, _, attributes, last_delta, _, _, pid, _, _,
-                 count) = v2(buf, pos)
+                base, _, epoch, _, attributes, last, pid, count = v2(buf, pos)
+                last += base
+                if last > _INT64_MAX or last < _INT64_MIN:
+                    last = _wrap64(last)
                 control = attributes & 0x20 != 0
                 ctype = -1
                 if control and attributes & 0x07 == 0 and count >= 1:
                     ctype = _control_type(buf, pos + _V2_HEADER, stop)
-                out.append(Span(pos, stop, base, _wrap64(base + last_delta), 2, epoch, pid,
-                                attributes & 0x10 != 0, control, ctype))
+                out.append(span(pos, stop, base, last, 2, epoch, pid, attributes & 0x10 != 0,
+                                control, ctype))
             elif magic == 0 or magic == 1:
                 offset = head(buf, pos)[0]
-                out.append(Span(pos, stop, offset, offset, magic, -1, -1, False, False, -1))
+                out.append(span(pos, stop, offset, offset, magic, -1, -1, False, False, -1))
             else:
                 raise _bad_magic(pos, magic)
             pos = stop
