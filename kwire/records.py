@@ -58,7 +58,8 @@ NATIVE_DECOMPRESSION: tuple = getattr(_codec, "NATIVE_DECOMPRESSION", ())
 CONTROL_ABORT = 0   # a control record's type: the ABORT marker (1 is COMMIT)
 
 
-def aborted_spans(spans: Sequence[Any], aborted_transactions: Iterable[dict] | None) -> set[int]:
+def aborted_spans(spans: Sequence[Any], aborted_transactions: Iterable[dict[str, Any]] | None
+                  ) -> set[int]:
     """read_committed: the indexes of the :class:`Span` s (from :func:`scan_spans`) that hold
     records of aborted transactions.
 

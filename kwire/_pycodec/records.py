@@ -46,6 +46,7 @@ import struct
 import time
 import zlib
 from array import array
+from typing import Any
 
 import cramjam
 import xxhash
@@ -459,8 +460,9 @@ class Span(_ByValue):
     __slots__ = ("start", "end", "base_offset", "last_offset", "magic", "leader_epoch",
                  "producer_id", "is_transactional", "is_control", "control_type")
 
-    def __init__(self, start, end, base_offset, last_offset, magic, leader_epoch, producer_id,
-                 is_transactional, is_control, control_type=-1):
+    def __init__(self, start: int, end: int, base_offset: int, last_offset: int, magic: int,
+                 leader_epoch: int, producer_id: int, is_transactional: bool, is_control: bool,
+                 control_type: int = -1) -> None:
         self.start = operator.index(start)
         self.end = operator.index(end)
         self.base_offset = operator.index(base_offset)
@@ -472,25 +474,25 @@ class Span(_ByValue):
         self.is_control = bool(is_control)
         self.control_type = operator.index(control_type)
 
-    def to_tuple(self):
+    def to_tuple(self) -> tuple[int, int, int, int, int, int, int, bool, bool, int]:
         return (self.start, self.end, self.base_offset, self.last_offset, self.magic,
                 self.leader_epoch, self.producer_id, self.is_transactional, self.is_control,
                 self.control_type)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("Span(start=%d, end=%d, base_offset=%d, last_offset=%d, magic=%d, "
                 "leader_epoch=%d, producer_id=%d, is_transactional=%s, is_control=%s, "
                 "control_type=%d)" % self.to_tuple())
 
 
-def _frame(buf, start, end):
+def _frame(buf: Any, start: int, end: int) -> int | None:
     """The size field of the complete entry at ``start``, or None when the buffer ends inside
     it (a truncated trailing entry).  A size no entry can have is corruption.  The decoder and
     scan_spans frame entries with this one function."""
     remaining = end - start
     if remaining < _LOG_OVERHEAD:
         return None
-    (size,) = _I32.unpack_from(buf, start + 8)
+    size: int = _I32.unpack_from(buf, start + 8)[0]
     if size < _MIN_ENTRY_SIZE:
         raise CorruptRecordError(
             f"entry at position {start} has size {size}, smaller than any record",
@@ -500,18 +502,18 @@ def _frame(buf, start, end):
     return size
 
 
-def _short_batch(start, batch_length):
+def _short_batch(start: int, batch_length: int) -> CorruptRecordError:
     return CorruptRecordError(
         f"batch at position {start} has length {batch_length}, shorter than its header",
         position=start + 8)
 
 
-def _bad_magic(start, magic):
+def _bad_magic(start: int, magic: int) -> CorruptRecordError:
     return CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
                               position=start + 16)
 
 
-def _scan_uvarint(buf, pos, end):
+def _scan_uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
     """(value, position after) of an unsigned varint of at most 10 bytes before ``end``, or
     (0, -1): the caller gives up quietly (the decoder reports what is wrong)."""
     v = shift = 0
@@ -527,7 +529,7 @@ def _scan_uvarint(buf, pos, end):
     return 0, -1
 
 
-def _control_type(buf, pos, end):
+def _control_type(buf: Any, pos: int, end: int) -> int:
     """The type in the key of the control record at ``pos``, or -1 when it cannot be read."""
     _, pos = _scan_uvarint(buf, pos, end)            # length
     if pos < 0 or pos >= end:
@@ -543,14 +545,16 @@ def _control_type(buf, pos, end):
     key_length = (v >> 1) ^ -(v & 1)
     if key_length < 4 or key_length > end - pos:
         return -1
-    return ((buf[pos + 2] << 8 | buf[pos + 3]) ^ 0x8000) - 0x8000
+    ctype: int = ((buf[pos + 2] << 8 | buf[pos + 3]) ^ 0x8000) - 0x8000
+    return ctype
 
 
-def _span(start, end, base_offset, last_offset, magic, leader_epoch, producer_id,
-          is_transactional, is_control, control_type, _new=object.__new__):
+def _span(start: int, end: int, base_offset: int, last_offset: int, magic: int,
+          leader_epoch: int, producer_id: int, is_transactional: bool, is_control: bool,
+          control_type: int, _new: Any = object.__new__) -> Span:
     # Span() without its argument checks (the scan's values are ints and bools already):
     # a third of the scan's time otherwise
-    s = _new(Span)
+    s: Span = _new(Span)
     s.start = start
     s.end = end
     s.base_offset = base_offset
@@ -564,7 +568,7 @@ def _span(start, end, base_offset, last_offset, magic, leader_epoch, producer_id
     return s
 
 
-def scan_spans(data, *, until_damage=False):
+def scan_spans(data: Any, *, until_damage: bool = False) -> list[Span]:
     """The complete entries of a record set (a Fetch answer's ``records``), as a list of
     :class:`Span`, from their headers only (no CRC check, no decoding).
 

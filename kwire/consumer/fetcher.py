@@ -223,7 +223,8 @@ def _records_module():
 def scan_record_set(data, until_damage: bool = True) -> list:
     """The spans (kwire.records.scan_spans) of a Fetch answer's record set; by default up to
     any damage, which the decoding then reports with the records before it."""
-    return _records_module().scan_spans(data, until_damage=until_damage)
+    spans: list = _records_module().scan_spans(data, until_damage=until_damage)
+    return spans
 
 
 def _record_overhead_bytes() -> int:
@@ -613,9 +614,10 @@ class Fetcher:
         try:
             self._scan(data, False)
         except KwireError as exc:
-            exc.partitions = [tp]
-            if getattr(exc, "offset", None) is None:
-                exc.offset = fetched_offset
+            err: Any = exc  # error_cb and the log name the partition and offset
+            err.partitions = [tp]
+            if getattr(err, "offset", None) is None:
+                err.offset = fetched_offset
             self._actions.append(ErrorAction(exc, partitions=[tp]))
             self._backoff_until[tp] = now_ms + self.retry_backoff_ms
 
