@@ -695,6 +695,9 @@ cdef list _rec_scan(const uint8_t* buf, Py_ssize_t end, bint until_damage):
     cdef uint16_t attributes
     cdef Span s
     try:
+        # _rec_frame checked the size against what is left of the buffer, so every read
+        # below is inside the entry: byte 16 (size >= 14), the 61-byte v2 header (size >= 49
+        # is checked first), the control record (bounded by `stop`).
         while _rec_frame(buf, pos, end, &size):
             stop = pos + _LOG_OVERHEAD + size
             magic = buf[pos + 16]
