@@ -610,22 +610,33 @@ cdef class Span:
                 "control_type=%d)" % self.to_tuple())
 
 
-cdef inline int _rec_frame(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end,
-                           int32_t* size) except -1:
+cdef inline int _rec_frame_size(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end,
+                                int32_t* size) noexcept nogil:
     # 1: a complete entry starts at `start` (its size field in *size); 0: the buffer ends
-    # inside it (a truncated trailing entry).  A size no entry can have is corruption.  The
-    # decoder (next_entry) and scan_spans frame entries with this one function.
+    # inside it (a truncated trailing entry); -1: its size is one no entry can have.  Every
+    # walk over a record set's entries frames them with this function: the decoder
+    # (next_entry, through _rec_frame), the decompression worker's look-ahead (start_pipe)
+    # and scan_spans.
     cdef Py_ssize_t remaining = end - start
     if remaining < _LOG_OVERHEAD:
         return 0
     size[0] = <int32_t>ld_be32(buf + start + 8)
     if size[0] < _MIN_ENTRY_SIZE:
-        raise CorruptRecordError(
-            f"entry at position {start} has size {size[0]}, smaller than any record",
-            position=start + 8)
+        return -1
     if size[0] > remaining - _LOG_OVERHEAD:
         return 0
     return 1
+
+
+cdef inline int _rec_frame(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end,
+                           int32_t* size) except -1:
+    # _rec_frame_size, with the impossible size raised as corruption.
+    cdef int r = _rec_frame_size(buf, start, end, size)
+    if r < 0:
+        raise CorruptRecordError(
+            f"entry at position {start} has size {size[0]}, smaller than any record",
+            position=start + 8)
+    return r
 
 
 cdef object _rec_short_batch(Py_ssize_t start, int32_t batch_length):
@@ -1074,18 +1085,21 @@ cdef class _RecDecoder:
     cdef int start_pipe(self, Py_ssize_t pos) except -1:
         # Hand the compressed batches from `pos` on to a worker, when there are enough of them.
         # Two passes over the entry headers (both bounds-checked the same way): count, fill.
+        # (Damage ends the look-ahead: the decoder reports it when it gets there.)
         cdef Py_ssize_t size, total = 0, slot_cap = _PIPE_MIN_SLOT, est, first = pos
+        cdef int32_t size32
         cdef int njobs = 0, codec, i, npass
         cdef kw_job* jobs = NULL
         for npass in range(2):
             pos = first
             i = 0
-            while self.end - pos >= _V2_HEADER:
-                size = <int32_t>ld_be32(self.buf + pos + 8)
-                if size < _MIN_ENTRY_SIZE or size > self.end - pos - _LOG_OVERHEAD:
-                    break
+            while _rec_frame_size(self.buf, pos, self.end, &size32) > 0:
+                size = size32
+                if self.buf[pos + 16] != 2 or size < _V2_MIN_LENGTH:
+                    pos += _LOG_OVERHEAD + size
+                    continue
                 codec = self.buf[pos + 22] & 0x07
-                if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
+                if _native(codec):
                     est = self.job_estimate(codec, self.buf + pos + _V2_HEADER,
                                             _LOG_OVERHEAD + size - _V2_HEADER)
                     if 0 <= est <= self.max_out:    # (else the decoder stops at the cap)
