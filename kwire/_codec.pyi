@@ -129,7 +129,8 @@ def scan_spans(data: Buffer, *, until_damage: bool = False) -> list[Span]: ...
 def iter_records(data: Buffer, check_crc: bool = True, topic: str | None = None,
                  partition: int = -1, leader_epoch_default: int = -1, *,
                  max_decompressed_bytes: int = 67108864,
-                 max_ahead_bytes: int | None = None) -> Iterator[Record]: ...
+                 max_ahead_bytes: int | None = None,
+                 ranges: Iterable[tuple[int, int]] | None = None) -> Iterator[Record]: ...
 def iter_batches(data: Buffer, check_crc: bool = True, *, topic: str | None = None,
                  partition: int = -1, leader_epoch_default: int = -1,
                  max_decompressed_bytes: int = 67108864,

@@ -853,6 +853,8 @@ cdef class _RecDecoder:
     cdef bint busy                  # inside next_entry: another thread must not enter
     cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
     cdef Py_ssize_t max_out         # the most one batch may decompress to
+    cdef list ranges                # iter_records(ranges=): the byte ranges to decode, in turn
+    cdef Py_ssize_t range_i         # the next of them
     cdef Py_ssize_t ahead_max       # the most the worker's ring may hold (-1: no bound)
     # bytes of record data (decompressed) in the entries entered so far: what the records
     # decoded from them may cost, for callers that budget memory (iter_records().record_bytes)
@@ -914,7 +916,28 @@ cdef class _RecDecoder:
         return PyUnicode_DecodeUTF8(<const char*>p, n, "surrogateescape")
 
     cdef int next_entry(self, _RecEntry* e) except -1:
-        """1 when an entry was decoded, 0 at the end (a trailing partial entry is skipped)."""
+        """1 when an entry was decoded, 0 at the end (a trailing partial entry is skipped).
+        With ``ranges``, the end of one range moves on to the next; a failure ends them all."""
+        cdef int r
+        cdef tuple rng
+        if self.ranges is None:
+            return self.entry(e)
+        try:
+            r = self.entry(e)
+            while r == 0 and self.range_i < PyList_GET_SIZE(self.ranges):
+                rng = <tuple>PyList_GET_ITEM(self.ranges, self.range_i)
+                self.range_i += 1
+                self.pos = <Py_ssize_t>rng[0]
+                self.end = <Py_ssize_t>rng[1]
+                self.pipe_tried = False  # (a worker for this range's compressed batches)
+                r = self.entry(e)
+        except BaseException:
+            self.range_i = PyList_GET_SIZE(self.ranges)
+            raise
+        return r
+
+    cdef int entry(self, _RecEntry* e) except -1:
+        """next_entry within the current range (the whole buffer without ranges)."""
         cdef Py_ssize_t start = self.pos
         cdef int32_t size
         cdef int magic, complete
@@ -1799,7 +1822,8 @@ cdef class _BatchIterator:
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None,
+                 ranges=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
@@ -1814,13 +1838,34 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     ``stop_at`` set (>= 0) it stops before entering another batch once ``record_bytes`` +
     ``record_cost`` x ``handed`` has reached it (raise ``stop_at`` and iterate on);
     ``exhausted`` says the data itself ended.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data`` (ordered, not
+    overlapping; kwire.records.record_runs gives them), one after the other with one decoder,
+    each as if it were a record set of its own; error positions stay positions in ``data``.
     """
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
     it.stop_at = -1
     it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
                          max_decompressed_bytes, -1 if max_ahead_bytes is None else max_ahead_bytes)
     it.dec.lazy = True
+    if ranges is not None:
+        it.dec.ranges = _rec_ranges(ranges, it.dec.view.len)
+        it.dec.end = 0      # (the first next_entry moves to the first range)
     return it
+
+
+cdef list _rec_ranges(ranges, Py_ssize_t n):
+    # iter_records' ranges: (start, end) byte ranges of the buffer, in order, not overlapping
+    cdef list out = []
+    cdef Py_ssize_t a, b, prev = 0
+    for r in ranges:
+        a, b = r
+        if a < prev or b < a or b > n:
+            raise ValueError(f"ranges must be ordered, non-overlapping (start, end) byte ranges "
+                             f"of the buffer ({n} bytes); got {r!r}")
+        out.append((a, b))
+        prev = b
+    return out
 
 
 def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,

@@ -10,7 +10,9 @@
   entry can have in the last 12-16 bytes, are damage (the decoder always said so);
 * the filter on real batches (``build_batch``, transactional and control batches) hands out
   what the decode-every-batch filter the consumer used (oracle below) handed out, and what
-  the generated transactions say was committed.
+  the generated transactions say was committed;
+* ``iter_records(ranges=)``, which decodes the filter's byte runs with one decoder, agrees
+  across the twins and with decoding each run on its own.
 """
 from __future__ import annotations
 
@@ -217,6 +219,31 @@ def test_scan_twins_and_old_walkers_agree_on_built_record_sets(entries, cut, fli
         check_against_everything(bytes(b))
 
 
+def _ranged(twin, data, ranges):
+    """('ok', records) or ('err', class name, position, records before it) of iter_records
+    over ``ranges`` of ``data``."""
+    out = []
+    try:
+        for r in twin.iter_records(data, ranges=ranges):
+            out.append(r.to_tuple())
+        return ("ok", out)
+    except KwireError as exc:
+        return ("err", type(exc).__name__, exc.position, out)
+
+
+def check_ranges(data, rng):
+    """iter_records(ranges=) on both twins: the same records or the same failure, and when
+    the ranges decode, the records of decoding each range's bytes on its own."""
+    spans = _codec.scan_spans(data, until_damage=True)
+    skip = {k for k in range(len(spans)) if rng.random() < 0.4}
+    ranges = records.record_runs(spans, skip)
+    compiled = _ranged(_codec, data, ranges)
+    assert _ranged(_pycodec, data, ranges) == compiled, (ranges, data.hex())
+    if compiled[0] == "ok":
+        alone = [r.to_tuple() for a, b in ranges for r in _codec.iter_records(data[a:b])]
+        assert compiled[1] == alone
+
+
 @pytest.mark.parametrize("seed_name", sorted(SEEDS))
 def test_scan_twins_and_old_walkers_agree_on_mutations(seed_name):
     rng = random.Random(f"kwire-spans-{seed_name}")
@@ -227,6 +254,16 @@ def test_scan_twins_and_old_walkers_agree_on_mutations(seed_name):
         data = _mutate(rng, seed)
         check_against_everything(data)
         check_against_everything(seed + data)
+        check_ranges(seed + data, rng)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_iter_records_ranges_are_checked(twin):
+    data = records.build_batch([(None, b"a", [], 1)], 0) * 2
+    assert list(twin.iter_records(data, ranges=[])) == []
+    for bad in ([(0, len(data) + 1)], [(10, 5)], [(20, 30), (0, 10)], [(-1, 3)]):
+        with pytest.raises(ValueError):
+            twin.iter_records(data, ranges=bad)
 
 
 # --- the scan, by example -----------------------------------------------------------------------
@@ -276,11 +313,8 @@ def test_malformed_framing_is_a_corrupt_record_error(twin, damage, position):
 def committed(data, aborted, lo=None):
     """What the filter hands out: the records of record_runs, decoded."""
     spans = records.scan_spans(data)
-    mv = memoryview(data)
-    out = []
-    for a, b in records.record_runs(spans, records.aborted_spans(spans, aborted), lo):
-        out.extend(r for r in records.iter_records(mv[a:b]) if lo is None or r.offset >= lo)
-    return out
+    runs = records.record_runs(spans, records.aborted_spans(spans, aborted), lo)
+    return [r for r in records.iter_records(data, ranges=runs) if lo is None or r.offset >= lo]
 
 
 def test_filter_drops_aborted_transactions_and_markers():
@@ -386,7 +420,5 @@ def test_filter_matches_the_decoding_filter_on_generated_transactions(case, lo_f
 
 def _pycodec_committed(data, aborted):
     spans = _pycodec.scan_spans(data)
-    out = []
-    for a, b in records.record_runs(spans, records.aborted_spans(spans, aborted)):
-        out.extend(_pycodec.iter_records(data[a:b]))
-    return out
+    runs = records.record_runs(spans, records.aborted_spans(spans, aborted))
+    return list(_pycodec.iter_records(data, ranges=runs))

@@ -642,7 +642,7 @@ def _varint_bytes(buf, pos, end, what, rec_start):
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
-                 "records", "sink", "max_out", "data_bytes")
+                 "records", "sink", "max_out", "data_bytes", "ranges", "range_i")
 
     def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
                  max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -669,9 +669,28 @@ class _Decoder:
         self.sink = None
         # bytes of record data (decompressed) in the entries entered so far (record_bytes)
         self.data_bytes = 0
+        self.ranges = None  # iter_records(ranges=): the byte ranges to decode, in turn
+        self.range_i = 0
 
     def next_entry(self):
-        """The next entry's _Entry (records in .records, or .run when lazy), None at the end."""
+        """The next entry's _Entry (records in .records, or .run when lazy), None at the end.
+        With ``ranges``, the end of one range moves on to the next; a failure ends them all."""
+        ranges = self.ranges
+        if ranges is None:
+            return self.entry()
+        try:
+            e = self.entry()
+            while e is None and self.range_i < len(ranges):
+                self.pos, self.end = ranges[self.range_i]
+                self.range_i += 1
+                e = self.entry()
+        except BaseException:
+            self.range_i = len(ranges)
+            raise
+        return e
+
+    def entry(self):
+        """next_entry within the current range (the whole buffer without ranges)."""
         start = self.pos
         self.records = None
         self.run = None
@@ -1075,7 +1094,8 @@ def _batches_gen(dec):
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None,
+                 ranges=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
@@ -1085,12 +1105,34 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds what a decompression worker holds
     ahead (this twin has none: one batch is decompressed at a time).  ``record_bytes``,
     ``handed``, ``record_cost``, ``stop_at`` and ``exhausted`` as in the compiled twin.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data`` (ordered, not
+    overlapping; kwire.records.record_runs gives them), one after the other with one decoder,
+    each as if it were a record set of its own; error positions stay positions in ``data``.
     """
     _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     dec.lazy = True
+    if ranges is not None:
+        dec.ranges = _ranges(ranges, dec.end)
+        dec.end = 0  # (the first next_entry moves to the first range)
     return _RecordIterator(dec)
+
+
+def _ranges(ranges, n):
+    """iter_records' ranges: (start, end) byte ranges of the buffer, in order, not overlapping."""
+    out = []
+    prev = 0
+    for r in ranges:
+        a, b = r
+        a, b = operator.index(a), operator.index(b)
+        if a < prev or b < a or b > n:
+            raise ValueError(f"ranges must be ordered, non-overlapping (start, end) byte ranges "
+                             f"of the buffer ({n} bytes); got {r!r}")
+        out.append((a, b))
+        prev = b
+    return out
 
 
 def _check_ahead(max_ahead_bytes):

@@ -36,8 +36,8 @@ DecompressionLimitError): that block, and the last piece's overshoot, come on to
 Records: the record layer's header scan (``kwire.records.scan_spans``) reads each answer's
 entry headers before anything is decoded, and its read_committed filter
 (``aborted_spans``/``record_runs``: the response's aborted_transactions say which producer's
-batches from which offset; its abort marker ends them) picks the byte runs to decode; control
-batches are never returned.  The position moves to the last offset of the last complete batch
+batches from which offset; its abort marker ends them) picks the byte runs one record
+iterator decodes (``iter_records(ranges=...)``); control batches are never returned.  The position moves to the last offset of the last complete batch
 + 1 (with that batch's leader epoch, KIP-320), so control batches, aborted transactions and
 compaction gaps are stepped over; a trailing partial batch (cut by the size limit) is left
 for the next fetch.  A damaged entry ends the scan: the records before it are handed out and
@@ -119,41 +119,6 @@ class _Frame:
     def __init__(self, pending: int, nbytes: int):
         self.pending = pending
         self.nbytes = nbytes
-
-
-class _CommittedRecords:
-    """read_committed records of a raw chunk: the byte runs that kwire.records' filter keeps
-    (aborted transactions and batches before the fetch offset left out), each decoded with
-    the flat record iterator in turn; ``record_bytes`` as iter_records' (summed over runs)."""
-    __slots__ = ("_iter_records", "_data", "_runs", "_it", "_done_bytes")
-
-    def __init__(self, iter_records, data, runs):
-        self._iter_records = iter_records
-        self._data = memoryview(data)
-        self._runs = iter(runs)
-        self._it = None
-        self._done_bytes = 0
-
-    @property
-    def record_bytes(self) -> int:
-        it = self._it
-        return self._done_bytes + (getattr(it, "record_bytes", 0) if it is not None else 0)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        while True:
-            it = self._it
-            if it is not None:
-                for rec in it:
-                    return rec
-                self._done_bytes += getattr(it, "record_bytes", 0)
-            run = next(self._runs, None)
-            if run is None:
-                self._it = None
-                raise StopIteration
-            self._it = self._iter_records(self._data[run[0]:run[1]])
 
 
 class FetchSession:
@@ -263,13 +228,10 @@ def decode_partition(iter_records: Callable, data, fetch_offset: int, *, topic: 
     last_epoch = next((sp.leader_epoch for sp in reversed(spans)
                        if sp.leader_epoch >= 0 and sp.last_offset >= fetch_offset), None)
     skip = rl.aborted_spans(spans, aborted) if read_committed else ()
-    mv = memoryview(data)
-    records: list = []
-    for a, b in rl.record_runs(spans, skip, fetch_offset):
-        recs = list(iter_records(mv[a:b], check_crc, topic, partition))
-        if recs and recs[0].offset < fetch_offset:  # (the broker returns whole batches)
-            recs = [r for r in recs if r.offset >= fetch_offset]
-        records.extend(recs)
+    runs = rl.record_runs(spans, skip, fetch_offset)
+    records = list(iter_records(data, check_crc, topic, partition, ranges=runs))
+    if records and records[0].offset < fetch_offset:  # (the broker returns whole batches)
+        records = [r for r in records if r.offset >= fetch_offset]
     return records, next_offset, last_epoch
 
 
@@ -479,12 +441,12 @@ class Fetcher:
         if not (self.read_committed and chunk.aborted):
             return self._iter_records(data, self.check_crcs, tp[0], tp[1])
         # read_committed with aborted transactions: kwire.records' filter says which byte runs
-        # hold records to hand out (over the spans of the scan in _partition)
+        # hold records to hand out (over the spans of the scan in _partition); one iterator
+        # decodes just those
         spans = chunk.spans if chunk.spans is not None else self._scan(data)
         rl = _records_module()
         runs = rl.record_runs(spans, rl.aborted_spans(spans, chunk.aborted), chunk.fetch_offset)
-        return _CommittedRecords(partial(self._iter_records, check_crc=self.check_crcs,
-                                         topic=tp[0], partition=tp[1]), data, runs)
+        return self._iter_records(data, self.check_crcs, tp[0], tp[1], ranges=runs)
 
     def decode_piece(self, chunk: FetchedChunk, max_bytes: int | None) -> FetchedChunk | None:
         """The next records of a raw chunk from :meth:`on_response` (decoded after the next

@@ -462,19 +462,18 @@ def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
         for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg,
                                   topic_id=r.topic_id):
             lo, until = chunk.lo, chunk.until
-            for a, b in chunk.runs:
-                for rec in iter_records(chunk.data[a:b], check_crc):
-                    o = rec.offset
-                    if o < lo:
-                        continue
-                    if o >= until:
-                        break
-                    ts = epoch + rec.timestamp * ms
-                    if headers:
-                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type,
-                                        list(rec.headers)))
-                    else:
-                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type))
+            for rec in iter_records(chunk.data, check_crc, ranges=chunk.runs):
+                o = rec.offset
+                if o < lo:
+                    continue
+                if o >= until:
+                    break
+                ts = epoch + rec.timestamp * ms
+                if headers:
+                    yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type,
+                                    list(rec.headers)))
+                else:
+                    yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type))
         ok = True
     finally:
         lease.done(ok)
