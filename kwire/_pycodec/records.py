@@ -672,7 +672,7 @@ class _Decoder:
         self.ranges = None  # iter_records(ranges=): the byte ranges to decode, in turn
         self.range_i = 0
 
-    def next_entry(self):
+    def next_entry(self) -> _Entry | None:
         """The next entry's _Entry (records in .records, or .run when lazy), None at the end.
         With ``ranges``, the end of one range moves on to the next; a failure ends them all."""
         ranges = self.ranges
@@ -689,7 +689,7 @@ class _Decoder:
             raise
         return e
 
-    def entry(self):
+    def entry(self) -> _Entry | None:
         """next_entry within the current range (the whole buffer without ranges)."""
         start = self.pos
         self.records = None
@@ -1120,7 +1120,7 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     return _RecordIterator(dec)
 
 
-def _ranges(ranges, n):
+def _ranges(ranges: Any, n: int) -> list[tuple[int, int]]:
     """iter_records' ranges: (start, end) byte ranges of the buffer, in order, not overlapping."""
     out = []
     prev = 0
