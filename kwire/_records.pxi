@@ -39,6 +39,9 @@
 # A truncated entry at the end of the buffer is normal (Fetch responses are cut at max
 # bytes) and is skipped.  Anything wrong inside a complete entry raises CorruptRecordError
 # (UnsupportedCompressionError for an unknown codec) carrying the input position.
+#
+# scan_spans (below, "the header scan") walks the same framing reading headers only; the
+# decoder frames its entries with the same function (_rec_frame).
 
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
@@ -517,6 +520,248 @@ cdef bint _rec_short_output(exc):
     return "failed to write whole buffer" in str(exc)
 
 
+# --- the header scan: one walker for every caller ------------------------------------------
+#
+# scan_spans() reads only the headers of a record set's entries, so callers learn where the
+# entries are and what they hold before (or instead of) decoding them: the consumer's next
+# fetch offset and leader epoch, the read_committed filter (kwire.records.aborted_spans), the
+# Spark reader's byte ranges.  What it reads of each entry:
+#
+#   every entry    offset int64 @0 | size int32 @8 (bytes that follow) | ... | magic int8 @16
+#   magic 2        partitionLeaderEpoch int32 @12 | attributes int16 @21 | lastOffsetDelta
+#                  int32 @23 | producerId int64 @43 | recordsCount int32 @57 | records @61
+#   control batch  (uncompressed, recordsCount >= 1) its first record: length varint |
+#                  attributes int8 | timestampDelta varlong | offsetDelta varint |
+#                  keyLength varint | key = version int16 | type int16 (0 ABORT, 1 COMMIT)
+#   magic 0/1      the entry's offset is its last offset (a compressed wrapper carries its
+#                  last inner message's offset; its first is not in the header); no epoch,
+#                  producer or transaction fields
+#
+# The framing is checked exactly as the decoder checks it (_rec_frame serves both): fewer
+# than 12 bytes left, or a size past the end, is a truncated trailing entry and ends the
+# scan; a size below 14, a magic 2 batch shorter than its header, or an unknown magic raises
+# CorruptRecordError with the decoder's position.  Every read is checked against the end of
+# the buffer.  CRCs and records are left to the decoder.
+
+cdef enum:
+    _SPAN_EPOCH = 12            # partitionLeaderEpoch in a v2 batch
+    _SPAN_ATTRIBUTES = 21
+    _SPAN_LAST_DELTA = 23
+    _SPAN_PRODUCER = 43
+    _SPAN_COUNT = 57
+    _CONTROL_ABORT = 0
+
+
+@cython.final
+cdef class Span:
+    """One complete entry of a record set, as its header tells it (see scan_spans).
+
+    Bytes ``[start, end)`` of the scanned buffer; offsets ``base_offset..last_offset``;
+    ``magic``; ``leader_epoch`` (partitionLeaderEpoch; -1 for magic 0/1); ``producer_id``
+    (-1 for magic 0/1); ``is_transactional``, ``is_control``; ``control_type``, the type of
+    an uncompressed control batch's first control record (0 ABORT, 1 COMMIT; -1 otherwise or
+    unreadable).  For magic 0/1, ``base_offset`` is the entry's offset, which for a compressed
+    wrapper is its last inner offset (the first is not in the header).
+    """
+    cdef readonly Py_ssize_t start
+    cdef readonly Py_ssize_t end
+    cdef readonly int64_t base_offset
+    cdef readonly int64_t last_offset
+    cdef readonly int magic
+    cdef readonly int32_t leader_epoch
+    cdef readonly int64_t producer_id
+    cdef readonly bint is_transactional
+    cdef readonly bint is_control
+    cdef readonly int control_type
+
+    def __init__(self, start, end, base_offset, last_offset, magic, leader_epoch, producer_id,
+                 is_transactional, is_control, control_type=-1):
+        self.start = start
+        self.end = end
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.magic = magic
+        self.leader_epoch = leader_epoch
+        self.producer_id = producer_id
+        self.is_transactional = is_transactional
+        self.is_control = is_control
+        self.control_type = control_type
+
+    def to_tuple(self):
+        return (self.start, self.end, self.base_offset, self.last_offset, self.magic,
+                self.leader_epoch, self.producer_id, self.is_transactional, self.is_control,
+                self.control_type)
+
+    def __eq__(self, other):
+        if not isinstance(other, Span):
+            return NotImplemented
+        return self.to_tuple() == (<Span>other).to_tuple()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __reduce__(self):
+        return (Span, self.to_tuple())
+
+    def __repr__(self):
+        return ("Span(start=%d, end=%d, base_offset=%d, last_offset=%d, magic=%d, "
+                "leader_epoch=%d, producer_id=%d, is_transactional=%s, is_control=%s, "
+                "control_type=%d)" % self.to_tuple())
+
+
+cdef inline int _rec_frame_size(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end,
+                                int32_t* size) noexcept nogil:
+    # 1: a complete entry starts at `start` (its size field in *size); 0: the buffer ends
+    # inside it (a truncated trailing entry); -1: its size is one no entry can have.  Every
+    # walk over a record set's entries frames them with this function: the decoder
+    # (next_entry, through _rec_frame), the decompression worker's look-ahead (start_pipe)
+    # and scan_spans.
+    cdef Py_ssize_t remaining = end - start
+    if remaining < _LOG_OVERHEAD:
+        return 0
+    size[0] = <int32_t>ld_be32(buf + start + 8)
+    if size[0] < _MIN_ENTRY_SIZE:
+        return -1
+    if size[0] > remaining - _LOG_OVERHEAD:
+        return 0
+    return 1
+
+
+cdef inline int _rec_frame(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end,
+                           int32_t* size) except -1:
+    # _rec_frame_size, with the impossible size raised as corruption.
+    cdef int r = _rec_frame_size(buf, start, end, size)
+    if r < 0:
+        raise CorruptRecordError(
+            f"entry at position {start} has size {size[0]}, smaller than any record",
+            position=start + 8)
+    return r
+
+
+cdef object _rec_short_batch(Py_ssize_t start, int32_t batch_length):
+    return CorruptRecordError(
+        f"batch at position {start} has length {batch_length}, shorter than its header",
+        position=start + 8)
+
+
+cdef object _rec_bad_magic(Py_ssize_t start, int magic):
+    return CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
+                              position=start + 16)
+
+
+cdef inline uint64_t _rec_ld_be64(const uint8_t* p) noexcept nogil:
+    return (<uint64_t>ld_be32(p) << 32) | <uint64_t>ld_be32(p + 4)
+
+
+cdef inline Py_ssize_t _rec_scan_uvarint(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end,
+                                         uint64_t* out) noexcept nogil:
+    # An unsigned varint of at most 10 bytes ending before `end`: the position after it, or
+    # -1 (the caller then gives up quietly; the decoder reports what is wrong).
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while shift < 70:
+        if pos >= end:
+            return -1
+        b = buf[pos]
+        pos += 1
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if not b & 0x80:
+            out[0] = v
+            return pos
+        shift += 7
+    return -1
+
+
+cdef int _rec_control_type(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    # The type in the key of the control record at `pos` (an uncompressed control batch's
+    # first record; see the layout above), or -1 when it cannot be read.
+    cdef uint64_t v
+    cdef int64_t key_length
+    pos = _rec_scan_uvarint(buf, pos, end, &v)      # length
+    if pos < 0 or pos >= end:
+        return -1
+    pos += 1                                        # attributes
+    pos = _rec_scan_uvarint(buf, pos, end, &v)      # timestampDelta
+    if pos < 0:
+        return -1
+    pos = _rec_scan_uvarint(buf, pos, end, &v)      # offsetDelta
+    if pos < 0:
+        return -1
+    pos = _rec_scan_uvarint(buf, pos, end, &v)      # keyLength (zigzag)
+    if pos < 0:
+        return -1
+    key_length = <int64_t>(v >> 1) ^ -(<int64_t>(v & 1))
+    if key_length < 4 or key_length > end - pos:
+        return -1
+    return <int16_t>((<uint16_t>buf[pos + 2] << 8) | buf[pos + 3])
+
+
+cdef list _rec_scan(const uint8_t* buf, Py_ssize_t end, bint until_damage):
+    cdef list out = []
+    cdef Py_ssize_t pos = 0, stop
+    cdef int32_t size
+    cdef int magic
+    cdef uint16_t attributes
+    cdef Span s
+    try:
+        # _rec_frame checked the size against what is left of the buffer, so every read
+        # below is inside the entry: byte 16 (size >= 14), the 61-byte v2 header (size >= 49
+        # is checked first), the control record (bounded by `stop`).
+        while _rec_frame(buf, pos, end, &size):
+            stop = pos + _LOG_OVERHEAD + size
+            magic = buf[pos + 16]
+            s = Span.__new__(Span)
+            s.start = pos
+            s.end = stop
+            s.base_offset = <int64_t>_rec_ld_be64(buf + pos)
+            s.magic = magic
+            s.control_type = -1
+            if magic == 2:
+                if size < _V2_MIN_LENGTH:
+                    raise _rec_short_batch(pos, size)
+                attributes = (<uint16_t>buf[pos + _SPAN_ATTRIBUTES] << 8) | buf[pos + _SPAN_ATTRIBUTES + 1]
+                s.last_offset = _rec_add64(s.base_offset,
+                                           <int32_t>ld_be32(buf + pos + _SPAN_LAST_DELTA))
+                s.leader_epoch = <int32_t>ld_be32(buf + pos + _SPAN_EPOCH)
+                s.producer_id = <int64_t>_rec_ld_be64(buf + pos + _SPAN_PRODUCER)
+                s.is_transactional = (attributes & 0x10) != 0
+                s.is_control = (attributes & 0x20) != 0
+                if (s.is_control and (attributes & 0x07) == 0
+                        and <int32_t>ld_be32(buf + pos + _SPAN_COUNT) >= 1):
+                    s.control_type = _rec_control_type(buf, pos + _V2_HEADER, stop)
+            elif magic == 0 or magic == 1:
+                s.last_offset = s.base_offset
+                s.leader_epoch = -1
+                s.producer_id = -1
+            else:
+                raise _rec_bad_magic(pos, magic)
+            out.append(s)
+            pos = stop
+    except CorruptRecordError:
+        if not until_damage:
+            raise
+    return out
+
+
+def scan_spans(data, *, until_damage=False):
+    """The complete entries of a record set (a Fetch answer's ``records``), as a list of
+    :class:`Span`, from their headers only (no CRC check, no decoding).
+
+    A truncated entry at the end (Fetch cuts answers at max bytes) ends the scan.  Malformed
+    framing (a size no entry can have, a v2 batch shorter than its header, an unknown magic)
+    raises CorruptRecordError, or with ``until_damage=True`` ends the scan there too, for a
+    caller whose decoder will report it.
+    """
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        return _rec_scan(<const uint8_t*>view.buf, view.len, until_damage)
+    finally:
+        PyBuffer_Release(&view)
+
+
 # --- the decoder ------------------------------------------------------------------------
 
 cdef struct _RecEntry:
@@ -608,6 +853,8 @@ cdef class _RecDecoder:
     cdef bint busy                  # inside next_entry: another thread must not enter
     cdef Py_ssize_t pipe_slot_cap[8]  # what the pool handed out for each slot
     cdef Py_ssize_t max_out         # the most one batch may decompress to
+    cdef list ranges                # iter_records(ranges=): the byte ranges to decode, in turn
+    cdef Py_ssize_t range_i         # the next of them
     cdef Py_ssize_t ahead_max       # the most the worker's ring may hold (-1: no bound)
     # bytes of record data (decompressed) in the entries entered so far: what the records
     # decoded from them may cost, for callers that budget memory (iter_records().record_bytes)
@@ -669,26 +916,41 @@ cdef class _RecDecoder:
         return PyUnicode_DecodeUTF8(<const char*>p, n, "surrogateescape")
 
     cdef int next_entry(self, _RecEntry* e) except -1:
-        """1 when an entry was decoded, 0 at the end (a trailing partial entry is skipped)."""
+        """1 when an entry was decoded, 0 at the end (a trailing partial entry is skipped).
+        With ``ranges``, the end of one range moves on to the next; a failure ends them all."""
+        cdef int r
+        cdef tuple rng
+        if self.ranges is None:
+            return self.entry(e)
+        try:
+            r = self.entry(e)
+            while r == 0 and self.range_i < PyList_GET_SIZE(self.ranges):
+                rng = <tuple>PyList_GET_ITEM(self.ranges, self.range_i)
+                self.range_i += 1
+                self.pos = <Py_ssize_t>rng[0]
+                self.end = <Py_ssize_t>rng[1]
+                self.pipe_tried = False  # (a worker for this range's compressed batches)
+                r = self.entry(e)
+        except BaseException:
+            self.range_i = PyList_GET_SIZE(self.ranges)
+            raise
+        return r
+
+    cdef int entry(self, _RecEntry* e) except -1:
+        """next_entry within the current range (the whole buffer without ranges)."""
         cdef Py_ssize_t start = self.pos
-        cdef Py_ssize_t remaining = self.end - start
         cdef int32_t size
-        cdef int magic
+        cdef int magic, complete
         if self.busy:
             _rec_busy()
         self.records = None
-        if remaining < _LOG_OVERHEAD:
+        try:
+            complete = _rec_frame(self.buf, start, self.end, &size)
+        except CorruptRecordError:
             self.pos = self.end
             self.stop_pipe()
-            return 0
-        size = <int32_t>ld_be32(self.buf + start + 8)
-        if size < _MIN_ENTRY_SIZE:
-            self.pos = self.end
-            self.stop_pipe()
-            raise CorruptRecordError(
-                f"entry at position {start} has size {size}, smaller than any record",
-                position=start + 8)
-        if size > remaining - _LOG_OVERHEAD:
+            raise
+        if not complete:
             self.pos = self.end
             self.stop_pipe()
             return 0
@@ -703,8 +965,7 @@ cdef class _RecDecoder:
             elif magic == 0 or magic == 1:
                 self.decode_legacy(start, start + _LOG_OVERHEAD + size, magic, e)
             else:
-                raise CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
-                                         position=start + 16)
+                raise _rec_bad_magic(start, magic)
         except ProtocolError as exc:
             self.release_run()
             self.stop_pipe()
@@ -733,9 +994,7 @@ cdef class _RecDecoder:
         e.partition_leader_epoch = rd_i32(&c)
         e.magic = rd_i8(&c)
         if batch_length < _V2_MIN_LENGTH:
-            raise CorruptRecordError(
-                f"batch at position {start} has length {batch_length}, shorter than its header",
-                position=start + 8)
+            raise _rec_short_batch(start, batch_length)
         crc = rd_u32(&c)
         if self.check_crc:
             actual = _crc32c(_rec_view(self.buf + start + _V2_CRC_START, end - start - _V2_CRC_START))
@@ -849,18 +1108,21 @@ cdef class _RecDecoder:
     cdef int start_pipe(self, Py_ssize_t pos) except -1:
         # Hand the compressed batches from `pos` on to a worker, when there are enough of them.
         # Two passes over the entry headers (both bounds-checked the same way): count, fill.
+        # (Damage ends the look-ahead: the decoder reports it when it gets there.)
         cdef Py_ssize_t size, total = 0, slot_cap = _PIPE_MIN_SLOT, est, first = pos
+        cdef int32_t size32
         cdef int njobs = 0, codec, i, npass
         cdef kw_job* jobs = NULL
         for npass in range(2):
             pos = first
             i = 0
-            while self.end - pos >= _V2_HEADER:
-                size = <int32_t>ld_be32(self.buf + pos + 8)
-                if size < _MIN_ENTRY_SIZE or size > self.end - pos - _LOG_OVERHEAD:
-                    break
+            while _rec_frame_size(self.buf, pos, self.end, &size32) > 0:
+                size = size32
+                if self.buf[pos + 16] != 2 or size < _V2_MIN_LENGTH:
+                    pos += _LOG_OVERHEAD + size
+                    continue
                 codec = self.buf[pos + 22] & 0x07
-                if self.buf[pos + 16] == 2 and size >= _V2_MIN_LENGTH and _native(codec):
+                if _native(codec):
                     est = self.job_estimate(codec, self.buf + pos + _V2_HEADER,
                                             _LOG_OVERHEAD + size - _V2_HEADER)
                     if 0 <= est <= self.max_out:    # (else the decoder stops at the cap)
@@ -1560,7 +1822,8 @@ cdef class _BatchIterator:
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None,
+                 ranges=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
@@ -1575,13 +1838,34 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     ``stop_at`` set (>= 0) it stops before entering another batch once ``record_bytes`` +
     ``record_cost`` x ``handed`` has reached it (raise ``stop_at`` and iterate on);
     ``exhausted`` says the data itself ended.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data`` (ordered, not
+    overlapping; kwire.records.record_runs gives them), one after the other with one decoder,
+    each as if it were a record set of its own; error positions stay positions in ``data``.
     """
     cdef _RecordIterator it = _RecordIterator.__new__(_RecordIterator)
     it.stop_at = -1
     it.dec = _RecDecoder(data, check_crc, topic, partition, leader_epoch_default,
                          max_decompressed_bytes, -1 if max_ahead_bytes is None else max_ahead_bytes)
     it.dec.lazy = True
+    if ranges is not None:
+        it.dec.ranges = _rec_ranges(ranges, it.dec.view.len)
+        it.dec.end = 0      # (the first next_entry moves to the first range)
     return it
+
+
+cdef list _rec_ranges(ranges, Py_ssize_t n):
+    # iter_records' ranges: (start, end) byte ranges of the buffer, in order, not overlapping
+    cdef list out = []
+    cdef Py_ssize_t a, b, prev = 0
+    for r in ranges:
+        a, b = r
+        if a < prev or b < a or b > n:
+            raise ValueError(f"ranges must be ordered, non-overlapping (start, end) byte ranges "
+                             f"of the buffer ({n} bytes); got {r!r}")
+        out.append((a, b))
+        prev = b
+    return out
 
 
 def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,

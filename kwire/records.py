@@ -7,6 +7,14 @@
         ...
     cols = records.decode_columns(data)            # no per-record Python objects
     table = records.to_arrow(cols)                 # zero-copy pyarrow.RecordBatch
+    spans = records.scan_spans(data)               # entry headers only: offsets, producers
+    skip = records.aborted_spans(spans, aborted_transactions)     # read_committed
+    for start, end in records.record_runs(spans, skip):           # byte ranges to decode
+        ...
+
+This module is the one home of the record-set procedures the consumer and the Spark reader
+share (issue #16): the header walk (:func:`scan_spans`) and the read_committed filter
+(:func:`aborted_spans`, :func:`record_runs`).
 
 Magic 2 record batches and legacy magic 0/1 message sets, with gzip, snappy (raw and
 xerial), lz4 and zstd.  A truncated entry at the end of ``data`` is skipped (Fetch responses
@@ -25,11 +33,14 @@ libzstd version (Debian 12's 1.5.4 notices less than the newer copy inside cramj
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 from ._impl import IMPLEMENTATION, codec_module
 
 __all__ = [
-    "IMPLEMENTATION", "NATIVE_DECOMPRESSION", "Record", "RecordBatch", "iter_records", "iter_batches", "build_batch",
-    "decode_columns", "to_arrow",
+    "IMPLEMENTATION", "NATIVE_DECOMPRESSION", "Record", "RecordBatch", "Span", "iter_records", "iter_batches",
+    "scan_spans", "aborted_spans", "record_runs", "build_batch", "decode_columns", "to_arrow",
 ]
 
 _codec = codec_module()
@@ -39,8 +50,77 @@ RecordBatch = _codec.RecordBatch
 iter_records = _codec.iter_records
 iter_batches = _codec.iter_batches
 build_batch = _codec.build_batch
+Span = _codec.Span
+scan_spans = _codec.scan_spans
 decode_columns = _codec.decode_columns
 NATIVE_DECOMPRESSION: tuple = getattr(_codec, "NATIVE_DECOMPRESSION", ())
+
+CONTROL_ABORT = 0   # a control record's type: the ABORT marker (1 is COMMIT)
+
+
+def aborted_spans(spans: Sequence[Any], aborted_transactions: Iterable[dict[str, Any]] | None
+                  ) -> set[int]:
+    """read_committed: the indexes of the :class:`Span` s (from :func:`scan_spans`) that hold
+    records of aborted transactions.
+
+    ``aborted_transactions`` is the Fetch answer's list for the partition (``producer_id``,
+    ``first_offset``; None or empty: nothing was aborted).  An aborted transaction's producer
+    is *aborting* from the first span whose last offset reaches ``first_offset`` until that
+    producer's next ABORT marker (a control span whose ``control_type`` is ABORT, or could not
+    be read; a COMMIT marker does not end it); while it is, its transactional non-control
+    spans are aborted.  A producer has one open transaction at a time, so its next marker
+    after the transaction's first offset is that transaction's end.  Control spans are never
+    in the set: they hold no user records (the decoders leave them out), and
+    :func:`record_runs` keeps them inside runs.  Kafka's Java consumer reasons the same way.
+    """
+    if not aborted_transactions:
+        return set()
+    pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted_transactions)
+    n = len(pending)
+    i = 0
+    aborting: set[int] = set()
+    out: set[int] = set()
+    for k, s in enumerate(spans):
+        last = s.last_offset
+        while i < n and pending[i][0] <= last:
+            aborting.add(pending[i][1])
+            i += 1
+        if not aborting:
+            if i == n:
+                break  # nothing aborting and nothing left to abort
+            continue
+        if s.is_control:
+            if s.control_type in (CONTROL_ABORT, -1):
+                aborting.discard(s.producer_id)
+        elif s.is_transactional and s.producer_id in aborting:
+            out.add(k)
+    return out
+
+
+def record_runs(spans: Sequence[Any], skip: Iterable[int] = (), lo: int | None = None,
+                until: int | None = None) -> list[tuple[int, int]]:
+    """Byte ranges ``(start, end)`` of consecutive spans worth decoding: those not in ``skip``
+    (indexes, e.g. :func:`aborted_spans`) that may hold offsets in ``[lo, until)`` (None: no
+    bound).  Control spans stay inside a run (the decoders leave them out), so a run is not
+    cut at every transaction marker.  A magic 0/1 span's first offset is not in its header (a
+    compressed wrapper's offset is its last inner one), so ``until`` never leaves one out:
+    the decoded records are cut at ``until`` by the caller."""
+    skip = skip if isinstance(skip, (set, frozenset, dict)) else set(skip)
+    runs: list[tuple[int, int]] = []
+    start = end = -1
+    for k, s in enumerate(spans):
+        if (k in skip or (lo is not None and s.last_offset < lo)
+                or (until is not None and s.magic >= 2 and s.base_offset >= until)):
+            if start >= 0:
+                runs.append((start, end))
+                start = -1
+            continue
+        if start < 0:
+            start = s.start
+        end = s.end
+    if start >= 0:
+        runs.append((start, end))
+    return runs
 
 
 def _validity(pa, np, valid, n):

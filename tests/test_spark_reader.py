@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from crc32c import crc32c
 
+from kwire import records
 from kwire.errors import KafkaTimeoutError
 from kwire.spark import reader as R
 from kwire.spark.arrow import kafka_arrow_schema, to_record_batch
@@ -71,7 +72,7 @@ class FakeLog:
     """One partition of topic "t" served by a FakeBroker."""
 
     def __init__(self, batches, *, log_start=0, hw=None, aborted=(), topic_id=TOPIC_ID, cut=False):
-        self.batches = [(R.scan_batches(b)[0], b) for b in batches]
+        self.batches = [(records.scan_spans(b)[0], b) for b in batches]
         self.log_start = log_start
         self.hw = hw if hw is not None else (self.batches[-1][0].last_offset + 1 if batches else 0)
         self.aborted = list(aborted)
@@ -156,27 +157,27 @@ def _fresh_cache():
 
 # --- batch headers ------------------------------------------------------------------------------
 
-def test_scan_batches_reads_headers_and_stops_at_a_truncated_tail():
+def test_scan_spans_reads_headers_and_stops_at_a_truncated_tail():
     data = batch(0, [0, 1, 2]) + batch(3, [0], control=1, pid=9) + batch(10, [0, 5])
-    spans = R.scan_batches(data + data[:30])
+    spans = records.scan_spans(data + data[:30])
     assert [(s.base_offset, s.last_offset, s.is_control, s.is_transactional) for s in spans] == \
         [(0, 2, False, False), (3, 3, True, True), (10, 15, False, False)]
     assert spans[-1].end == len(data)
-    assert R.scan_batches(b"") == []
+    assert records.scan_spans(b"") == []
 
 
 def test_aborted_spans_follow_the_markers():
-    spans = R.scan_batches(
+    spans = records.scan_spans(
         batch(0, [0, 1], pid=1, transactional=True)      # 0 aborted
         + batch(2, [0], pid=2, transactional=True)       # 1 committed (other producer)
         + batch(3, [0], pid=1, control=0)                # 2 abort marker of pid 1
         + batch(4, [0], pid=1, transactional=True)       # 3 pid 1's next transaction: committed
         + batch(5, [0], pid=1, control=1)                # 4
         + batch(6, [0]))                                 # 5 not transactional
-    assert R._aborted_spans(spans, [{"producer_id": 1, "first_offset": 0}]) == {0}
-    assert R._aborted_spans(spans, []) == set()
-    assert R._user_runs(spans, {0}, 0, 100) == [(spans[1].start, spans[5].end)]
-    assert R._user_runs(spans, set(), 4, 6) == [(spans[3].start, spans[4].end)]
+    assert records.aborted_spans(spans, [{"producer_id": 1, "first_offset": 0}]) == {0}
+    assert records.aborted_spans(spans, []) == set()
+    assert records.record_runs(spans, {0}, 0, 100) == [(spans[1].start, spans[5].end)]
+    assert records.record_runs(spans, set(), 4, 6) == [(spans[3].start, spans[4].end)]
 
 
 # --- reading ranges -----------------------------------------------------------------------------

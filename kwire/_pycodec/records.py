@@ -35,6 +35,9 @@ Legacy message, magic 0/1::
 A truncated entry at the end of the buffer is normal (Fetch responses are cut at max bytes)
 and is skipped; anything wrong inside a complete entry raises CorruptRecordError
 (UnsupportedCompressionError for an unknown codec) with the input position.
+
+scan_spans (see "the header scan" below) walks the same framing reading headers only; the
+decoder frames its entries with the same function (_frame).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import struct
 import time
 import zlib
 from array import array
+from typing import Any
 
 import cramjam
 import xxhash
@@ -57,7 +61,8 @@ from ..errors import (
     UnsupportedCompressionError,
 )
 
-__all__ = ["Record", "RecordBatch", "iter_records", "iter_batches", "build_batch", "decode_columns",
+__all__ = ["Record", "RecordBatch", "Span", "iter_records", "iter_batches", "scan_spans", "build_batch",
+           "decode_columns",
            "DEFAULT_MAX_DECOMPRESSED_BYTES"]
 
 # The most one batch (or legacy wrapper) may decompress to; the consumer passes its
@@ -416,6 +421,199 @@ def _rewrap(exc, start, decompressed):
     return new
 
 
+# --- the header scan: one walker for every caller (twin of the one in _records.pxi) ----------
+#
+# scan_spans() reads only the headers of a record set's entries: where they are and what they
+# hold, for the consumer's next fetch offset and leader epoch, the read_committed filter
+# (kwire.records.aborted_spans) and the Spark reader's byte ranges.  What it reads::
+#
+#   every entry    offset int64 @0 | size int32 @8 (bytes that follow) | ... | magic int8 @16
+#   magic 2        partitionLeaderEpoch int32 @12 | attributes int16 @21 | lastOffsetDelta
+#                  int32 @23 | producerId int64 @43 | recordsCount int32 @57 | records @61
+#   control batch  (uncompressed, recordsCount >= 1) its first record: length varint |
+#                  attributes int8 | timestampDelta varlong | offsetDelta varint |
+#                  keyLength varint | key = version int16 | type int16 (0 ABORT, 1 COMMIT)
+#   magic 0/1      the entry's offset is its last offset (a compressed wrapper carries its
+#                  last inner message's offset; its first is not in the header)
+#
+# The framing is checked as the decoder checks it (_frame serves both): a truncated trailing
+# entry ends the scan; a size below 14, a magic 2 batch shorter than its header or an unknown
+# magic raises CorruptRecordError at the decoder's position.
+
+_ENTRY_HEAD = struct.Struct(">qi")           # offset, size
+# base offset, size, leader epoch, magic, (crc), attributes, last offset delta, (timestamps),
+# producer id, (producer epoch, base sequence), records count
+_SPAN_V2 = struct.Struct(">qiiB4xhi16xq6xi")
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Span(_ByValue):
+    """One complete entry of a record set, as its header tells it (see scan_spans).
+
+    Bytes ``[start, end)`` of the scanned buffer; offsets ``base_offset..last_offset``;
+    ``magic``; ``leader_epoch`` (partitionLeaderEpoch; -1 for magic 0/1); ``producer_id``
+    (-1 for magic 0/1); ``is_transactional``, ``is_control``; ``control_type``, the type of
+    an uncompressed control batch's first control record (0 ABORT, 1 COMMIT; -1 otherwise or
+    unreadable).  For magic 0/1, ``base_offset`` is the entry's offset, which for a compressed
+    wrapper is its last inner offset (the first is not in the header).
+    """
+    __slots__ = ("start", "end", "base_offset", "last_offset", "magic", "leader_epoch",
+                 "producer_id", "is_transactional", "is_control", "control_type")
+
+    def __init__(self, start: int, end: int, base_offset: int, last_offset: int, magic: int,
+                 leader_epoch: int, producer_id: int, is_transactional: bool, is_control: bool,
+                 control_type: int = -1) -> None:
+        self.start = operator.index(start)
+        self.end = operator.index(end)
+        self.base_offset = operator.index(base_offset)
+        self.last_offset = operator.index(last_offset)
+        self.magic = operator.index(magic)
+        self.leader_epoch = operator.index(leader_epoch)
+        self.producer_id = operator.index(producer_id)
+        self.is_transactional = bool(is_transactional)
+        self.is_control = bool(is_control)
+        self.control_type = operator.index(control_type)
+
+    def to_tuple(self) -> tuple[int, int, int, int, int, int, int, bool, bool, int]:
+        return (self.start, self.end, self.base_offset, self.last_offset, self.magic,
+                self.leader_epoch, self.producer_id, self.is_transactional, self.is_control,
+                self.control_type)
+
+    def __repr__(self) -> str:
+        return ("Span(start=%d, end=%d, base_offset=%d, last_offset=%d, magic=%d, "
+                "leader_epoch=%d, producer_id=%d, is_transactional=%s, is_control=%s, "
+                "control_type=%d)" % self.to_tuple())
+
+
+def _frame(buf: Any, start: int, end: int) -> int | None:
+    """The size field of the complete entry at ``start``, or None when the buffer ends inside
+    it (a truncated trailing entry).  A size no entry can have is corruption.  The decoder and
+    scan_spans frame entries with this one function."""
+    remaining = end - start
+    if remaining < _LOG_OVERHEAD:
+        return None
+    size: int = _I32.unpack_from(buf, start + 8)[0]
+    if size < _MIN_ENTRY_SIZE:
+        raise CorruptRecordError(
+            f"entry at position {start} has size {size}, smaller than any record",
+            position=start + 8)
+    if size > remaining - _LOG_OVERHEAD:
+        return None
+    return size
+
+
+def _short_batch(start: int, batch_length: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"batch at position {start} has length {batch_length}, shorter than its header",
+        position=start + 8)
+
+
+def _bad_magic(start: int, magic: int) -> CorruptRecordError:
+    return CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
+                              position=start + 16)
+
+
+def _scan_uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after) of an unsigned varint of at most 10 bytes before ``end``, or
+    (0, -1): the caller gives up quietly (the decoder reports what is wrong)."""
+    v = shift = 0
+    while shift < 70:
+        if pos >= end:
+            return 0, -1
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v & 0xFFFFFFFFFFFFFFFF, pos
+        shift += 7
+    return 0, -1
+
+
+def _control_type(buf: Any, pos: int, end: int) -> int:
+    """The type in the key of the control record at ``pos``, or -1 when it cannot be read."""
+    _, pos = _scan_uvarint(buf, pos, end)            # length
+    if pos < 0 or pos >= end:
+        return -1
+    pos += 1                                         # attributes
+    for _ in range(2):                               # timestampDelta, offsetDelta
+        _, pos = _scan_uvarint(buf, pos, end)
+        if pos < 0:
+            return -1
+    v, pos = _scan_uvarint(buf, pos, end)            # keyLength (zigzag)
+    if pos < 0:
+        return -1
+    key_length = (v >> 1) ^ -(v & 1)
+    if key_length < 4 or key_length > end - pos:
+        return -1
+    ctype: int = ((buf[pos + 2] << 8 | buf[pos + 3]) ^ 0x8000) - 0x8000
+    return ctype
+
+
+def _span(start: int, end: int, base_offset: int, last_offset: int, magic: int,
+          leader_epoch: int, producer_id: int, is_transactional: bool, is_control: bool,
+          control_type: int, _new: Any = object.__new__) -> Span:
+    # Span() without its argument checks (the scan's values are ints and bools already):
+    # a third of the scan's time otherwise
+    s: Span = _new(Span)
+    s.start = start
+    s.end = end
+    s.base_offset = base_offset
+    s.last_offset = last_offset
+    s.magic = magic
+    s.leader_epoch = leader_epoch
+    s.producer_id = producer_id
+    s.is_transactional = is_transactional
+    s.is_control = is_control
+    s.control_type = control_type
+    return s
+
+
+def scan_spans(data: Any, *, until_damage: bool = False) -> list[Span]:
+    """The complete entries of a record set (a Fetch answer's ``records``), as a list of
+    :class:`Span`, from their headers only (no CRC check, no decoding).
+
+    A truncated entry at the end (Fetch cuts answers at max bytes) ends the scan.  Malformed
+    framing (a size no entry can have, a v2 batch shorter than its header, an unknown magic)
+    raises CorruptRecordError, or with ``until_damage=True`` ends the scan there too, for a
+    caller whose decoder will report it.
+    """
+    buf = data if isinstance(data, (bytes, bytearray)) else memoryview(data).cast("B")
+    end = len(buf)
+    out = []
+    pos = 0
+    head, v2, span, frame = _ENTRY_HEAD.unpack_from, _SPAN_V2.unpack_from, _span, _frame
+    try:
+        while True:
+            size = frame(buf, pos, end)
+            if size is None:
+                break
+            stop = pos + _LOG_OVERHEAD + size
+            magic = buf[pos + 16]
+            if magic == 2:
+                if size < _V2_MIN_LENGTH:
+                    raise _short_batch(pos, size)
+                base, _, epoch, _, attributes, last, pid, count = v2(buf, pos)
+                last += base
+                if last > _INT64_MAX or last < _INT64_MIN:
+                    last = _wrap64(last)
+                control = attributes & 0x20 != 0
+                ctype = -1
+                if control and attributes & 0x07 == 0 and count >= 1:
+                    ctype = _control_type(buf, pos + _V2_HEADER, stop)
+                out.append(span(pos, stop, base, last, 2, epoch, pid, attributes & 0x10 != 0,
+                                control, ctype))
+            elif magic == 0 or magic == 1:
+                offset = head(buf, pos)[0]
+                out.append(span(pos, stop, offset, offset, magic, -1, -1, False, False, -1))
+            else:
+                raise _bad_magic(pos, magic)
+            pos = stop
+    except CorruptRecordError:
+        if not until_damage:
+            raise
+    return out
+
+
 # --- the decoder ------------------------------------------------------------------------
 
 class _Entry:
@@ -444,7 +642,7 @@ def _varint_bytes(buf, pos, end, what, rec_start):
 class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
-                 "records", "sink", "max_out", "data_bytes")
+                 "records", "sink", "max_out", "data_bytes", "ranges", "range_i")
 
     def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
                  max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
@@ -471,23 +669,37 @@ class _Decoder:
         self.sink = None
         # bytes of record data (decompressed) in the entries entered so far (record_bytes)
         self.data_bytes = 0
+        self.ranges = None  # iter_records(ranges=): the byte ranges to decode, in turn
+        self.range_i = 0
 
-    def next_entry(self):
-        """The next entry's _Entry (records in .records, or .run when lazy), None at the end."""
+    def next_entry(self) -> _Entry | None:
+        """The next entry's _Entry (records in .records, or .run when lazy), None at the end.
+        With ``ranges``, the end of one range moves on to the next; a failure ends them all."""
+        ranges = self.ranges
+        if ranges is None:
+            return self.entry()
+        try:
+            e = self.entry()
+            while e is None and self.range_i < len(ranges):
+                self.pos, self.end = ranges[self.range_i]
+                self.range_i += 1
+                e = self.entry()
+        except BaseException:
+            self.range_i = len(ranges)
+            raise
+        return e
+
+    def entry(self) -> _Entry | None:
+        """next_entry within the current range (the whole buffer without ranges)."""
         start = self.pos
-        remaining = self.end - start
         self.records = None
         self.run = None
-        if remaining < _LOG_OVERHEAD:
+        try:
+            size = _frame(self.buf, start, self.end)
+        except CorruptRecordError:
             self.pos = self.end
-            return None
-        (size,) = _I32.unpack_from(self.buf, start + 8)
-        if size < _MIN_ENTRY_SIZE:
-            self.pos = self.end
-            raise CorruptRecordError(
-                f"entry at position {start} has size {size}, smaller than any record",
-                position=start + 8)
-        if size > remaining - _LOG_OVERHEAD:
+            raise
+        if size is None:
             self.pos = self.end
             return None
         magic = self.buf[start + 16]
@@ -499,8 +711,7 @@ class _Decoder:
             elif magic == 0 or magic == 1:
                 self.decode_legacy(start, start + _LOG_OVERHEAD + size, magic, e)
             else:
-                raise CorruptRecordError(f"unknown magic {magic} in the entry at position {start}",
-                                         position=start + 16)
+                raise _bad_magic(start, magic)
         except BaseException as exc:
             new = self._abort(exc, start, self.in_decompressed)
             if new is exc:
@@ -520,9 +731,7 @@ class _Decoder:
         buf = self.buf
         (batch_length,) = _I32.unpack_from(buf, start + 8)
         if batch_length < _V2_MIN_LENGTH:
-            raise CorruptRecordError(
-                f"batch at position {start} has length {batch_length}, shorter than its header",
-                position=start + 8)
+            raise _short_batch(start, batch_length)
         (e.base_offset, _, e.partition_leader_epoch, e.magic, crc, attributes,
          last_offset_delta, e.first_timestamp, e.max_timestamp, e.producer_id,
          e.producer_epoch, e.base_sequence, count) = _V2_HEAD.unpack_from(buf, start)
@@ -885,7 +1094,8 @@ def _batches_gen(dec):
 
 
 def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None,
+                 ranges=None):
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
@@ -895,12 +1105,34 @@ def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_de
     ``max_decompressed_bytes``.  ``max_ahead_bytes`` bounds what a decompression worker holds
     ahead (this twin has none: one batch is decompressed at a time).  ``record_bytes``,
     ``handed``, ``record_cost``, ``stop_at`` and ``exhausted`` as in the compiled twin.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data`` (ordered, not
+    overlapping; kwire.records.record_runs gives them), one after the other with one decoder,
+    each as if it were a record set of its own; error positions stay positions in ``data``.
     """
     _check_ahead(max_ahead_bytes)
     dec = _Decoder(data, check_crc, topic, partition, leader_epoch_default,
                    max_decompressed_bytes)
     dec.lazy = True
+    if ranges is not None:
+        dec.ranges = _ranges(ranges, dec.end)
+        dec.end = 0  # (the first next_entry moves to the first range)
     return _RecordIterator(dec)
+
+
+def _ranges(ranges: Any, n: int) -> list[tuple[int, int]]:
+    """iter_records' ranges: (start, end) byte ranges of the buffer, in order, not overlapping."""
+    out = []
+    prev = 0
+    for r in ranges:
+        a, b = r
+        a, b = operator.index(a), operator.index(b)
+        if a < prev or b < a or b > n:
+            raise ValueError(f"ranges must be ordered, non-overlapping (start, end) byte ranges "
+                             f"of the buffer ({n} bytes); got {r!r}")
+        out.append((a, b))
+        prev = b
+    return out
 
 
 def _check_ahead(max_ahead_bytes):

@@ -33,11 +33,15 @@ fair share is left out, and a request asks for at most the bytes still free.  Th
 decoded is decompressed whole (at most fetch.max.decompressed.bytes, else
 DecompressionLimitError): that block, and the last piece's overshoot, come on top (the slack).
 
-Records: read_committed drops batches of aborted transactions (the response's
-aborted_transactions say which producer's batches from which offset; the abort marker ends
-them) and control batches are never returned.  The position moves to the last offset of the
-last complete batch + 1, so control batches and compaction gaps are stepped over; a trailing
-partial batch (cut by the size limit) is left for the next fetch.
+Records: the record layer's header scan (``kwire.records.scan_spans``) reads each answer's
+entry headers before anything is decoded, and its read_committed filter
+(``aborted_spans``/``record_runs``: the response's aborted_transactions say which producer's
+batches from which offset; its abort marker ends them) picks the byte runs one record
+iterator decodes (``iter_records(ranges=...)``); control batches are never returned.  The position moves to the last offset of the last complete batch
++ 1 (with that batch's leader epoch, KIP-320), so control batches, aborted transactions and
+compaction gaps are stepped over; a trailing partial batch (cut by the size limit) is left
+for the next fetch.  A damaged entry ends the scan: the records before it are handed out and
+decoding reports the damage; damage at the first entry is reported at once.
 
 Failures: a lost connection or a timeout is retried quietly (after retry.backoff.ms); an answer
 that cannot be read (a ProtocolError: absurd lengths, a truncated or undecodable frame) is
@@ -47,12 +51,11 @@ logged, once per broker until a fetch from it succeeds again -- garbage is never
 from __future__ import annotations
 
 import logging
-import struct
 from functools import partial
-from itertools import chain, islice
+from itertools import islice
 from typing import Any, Callable
 
-from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError, TruncatedError
+from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError
 from ..protocol.schema import ZERO_UUID
 from ._codes import E, error as broker_error, is_invalid_metadata
 from .subscription import SubscriptionState
@@ -70,8 +73,6 @@ _METADATA_ERRORS = {E.NOT_LEADER_OR_FOLLOWER, E.REPLICA_NOT_AVAILABLE, E.KAFKA_S
                     E.FENCED_LEADER_EPOCH, E.OFFSET_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION,
                     E.UNKNOWN_TOPIC_ID, E.INCONSISTENT_TOPIC_ID, E.LEADER_NOT_AVAILABLE,
                     E.UNKNOWN_LEADER_EPOCH}
-ABORT_MARKER = 0
-_chain = chain.from_iterable
 
 
 class FetchedChunk:
@@ -81,7 +82,7 @@ class FetchedChunk:
 
     __slots__ = ("tp", "records", "fence", "nbytes", "next_offset", "high_watermark", "data",
                  "fetch_offset", "aborted", "frame", "it", "done", "resume_offset",
-                 "seen_bytes", "cost", "count", "error", "careful")
+                 "seen_bytes", "cost", "count", "error", "careful", "spans")
 
     def __init__(self, tp, records, fence, nbytes, next_offset, high_watermark, data=None,
                  fetch_offset=-1, aborted=None):
@@ -103,6 +104,7 @@ class FetchedChunk:
         self.count = 0
         self.error = None          # the failure that ends it, after the records before it
         self.careful = False       # after a failure: decoded again a record at a time
+        self.spans = None          # read_committed with aborted transactions: the entries' spans
 
     def __repr__(self) -> str:
         return (f"FetchedChunk({self.tp}, {len(self.records)} records, next={self.next_offset}, "
@@ -117,41 +119,6 @@ class _Frame:
     def __init__(self, pending: int, nbytes: int):
         self.pending = pending
         self.nbytes = nbytes
-
-
-class _CommittedRecords:
-    """read_committed records of the batches ``batches`` gives, aborted transactions and
-    control batches dropped, one batch decoded at a time; ``record_bytes`` as iter_records'
-    (key and value bytes of the batches entered)."""
-    __slots__ = ("_gen", "record_bytes")
-
-    def __init__(self, batches, aborted):
-        self.record_bytes = 0
-        self._gen = self._walk(batches, aborted)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._gen)
-
-    def _walk(self, batches, aborted):
-        aborted_txns = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
-        ai = 0
-        aborted_pids: set = set()
-        for batch in batches:
-            last = batch.last_offset
-            while ai < len(aborted_txns) and aborted_txns[ai][0] <= last:
-                aborted_pids.add(aborted_txns[ai][1])
-                ai += 1
-            if batch.is_control:
-                if aborted_pids and batch.producer_id in aborted_pids and \
-                        _control_type(batch) in (ABORT_MARKER, None):
-                    aborted_pids.discard(batch.producer_id)
-            elif not (batch.is_transactional and batch.producer_id in aborted_pids):
-                recs = batch.records
-                self.record_bytes += sum(len(r.value or b"") + len(r.key or b"") for r in recs)
-                yield from recs
 
 
 class FetchSession:
@@ -213,9 +180,16 @@ class FetchSession:
         self._pending = None
 
 
-def _record_layer():
+def _records_module():
     from .. import records  # the record layer; records are decoded in the driver thread
-    return records.iter_batches, records.iter_records
+    return records
+
+
+def scan_record_set(data, until_damage: bool = True) -> list:
+    """The spans (kwire.records.scan_spans) of a Fetch answer's record set; by default up to
+    any damage, which the decoding then reports with the records before it."""
+    spans: list = _records_module().scan_spans(data, until_damage=until_damage)
+    return spans
 
 
 def _record_overhead_bytes() -> int:
@@ -232,110 +206,32 @@ _MIN_PIECE_BYTES = 4096
 _MAX_STEP = 1 << 16            # records taken from the iterator at once
 
 
-_ENTRY_HEAD = struct.Struct(">qi")  # base offset (or offset), size of what follows
-_I32 = struct.Struct(">i")
-
-
-def scan_record_set(data) -> tuple[int | None, int | None]:
-    """(last offset, leader epoch) of the last *complete* entry in a record set, reading only
-    entry headers.  Layout (see kwire.records)::
-
-        every entry:  offset int64 | size int32 | ... byte 16: magic
-        magic 2:      ... partitionLeaderEpoch int32 @12 ... lastOffsetDelta int32 @23
-        magic 0/1:    the entry's offset is its last (a compressed wrapper carries the last
-                      inner offset)
-
-    A truncated trailing entry is ignored; anything malformed stops the scan (decoding reports
-    it).  This lets the next Fetch go out before the records are decoded.
-    """
-    pos, end = 0, len(data)
-    last = epoch = None
-    unpack_head, unpack_i32 = _ENTRY_HEAD.unpack_from, _I32.unpack_from
-    while end - pos >= 12:
-        offset, size = unpack_head(data, pos)
-        if size < 14 or size > end - pos - 12:
-            break
-        if data[pos + 16] == 2:
-            if size < 49:
-                break
-            epoch = unpack_i32(data, pos + 12)[0]
-            last = offset + unpack_i32(data, pos + 23)[0]
-        else:
-            last, epoch = offset, None
-        pos += 12 + size
-    return last, epoch
-
-
-def decode_records(iter_batches: Callable, iter_records: Callable | None, data, fetch_offset: int, *,
-                   topic: str, partition: int, aborted: list | None, read_committed: bool,
-                   check_crc: bool) -> list:
+def decode_records(iter_records: Callable, data, fetch_offset: int, *, topic: str, partition: int,
+                   aborted: list | None, read_committed: bool, check_crc: bool) -> list:
     """The user records at or after ``fetch_offset`` (aborted transactions dropped under
-    read_committed).  Without aborted transactions the flat record iterator does it all."""
-    if iter_records is not None and not (read_committed and aborted):
-        records = list(iter_records(data, check_crc, topic, partition))
-        if records and records[0].offset < fetch_offset:
-            records = [r for r in records if r.offset >= fetch_offset]
-        return records
-    return decode_partition(iter_batches, data, fetch_offset, topic=topic, partition=partition,
+    read_committed)."""
+    return decode_partition(iter_records, data, fetch_offset, topic=topic, partition=partition,
                             aborted=aborted, read_committed=read_committed, check_crc=check_crc)[0]
 
 
-def _control_type(batch) -> int | None:
-    try:
-        rec = batch.records[0]
-        key = rec.key
-        if key is not None and len(key) >= 4:
-            return int.from_bytes(bytes(key[2:4]), "big", signed=True)
-    except (IndexError, AttributeError, TypeError):
-        pass
-    return None
-
-
-def decode_partition(iter_batches: Callable, data, fetch_offset: int, *, topic: str, partition: int,
+def decode_partition(iter_records: Callable, data, fetch_offset: int, *, topic: str, partition: int,
                      aborted: list | None, read_committed: bool, check_crc: bool
                      ) -> tuple[list, int, int | None]:
-    """(records at or after ``fetch_offset``, next fetch offset, leader epoch of the last
-    batch) from one partition's record set."""
-    next_offset = fetch_offset
-    last_epoch = None
-    records: list = []
-    if not data:
-        return records, next_offset, last_epoch
-    aborted_txns = sorted((a["first_offset"], a["producer_id"]) for a in aborted) if (
-        read_committed and aborted) else []
-    ai = 0
-    aborted_pids: set = set()
-    parts: list = []
-    try:
-        for batch in iter_batches(data, check_crc=check_crc, topic=topic, partition=partition):
-            last = batch.last_offset
-            if last < next_offset:
-                continue  # wholly before the position (the broker returns whole batches)
-            while ai < len(aborted_txns) and aborted_txns[ai][0] <= last:
-                aborted_pids.add(aborted_txns[ai][1])
-                ai += 1
-            epoch = getattr(batch, "partition_leader_epoch", None)
-            if epoch is None:
-                epoch = getattr(batch, "leader_epoch", None)
-            if batch.is_control:
-                if aborted_pids and batch.producer_id in aborted_pids and \
-                        _control_type(batch) in (ABORT_MARKER, None):
-                    aborted_pids.discard(batch.producer_id)
-            elif not (read_committed and batch.is_transactional and batch.producer_id in aborted_pids):
-                recs = batch.records
-                if batch.base_offset < next_offset:
-                    recs = [r for r in recs if r.offset >= next_offset]
-                if recs:
-                    parts.append(recs)
-            next_offset = last + 1
-            if epoch is not None and epoch >= 0:
-                last_epoch = epoch
-    except TruncatedError:
-        pass  # a partial trailing batch: fetched again next time, from next_offset
-    if len(parts) == 1:
-        records = parts[0] if isinstance(parts[0], list) else list(parts[0])
-    elif parts:
-        records = list(_chain(parts))
+    """(records at or after ``fetch_offset``, next fetch offset, the last leader epoch known
+    of its entries) from one partition's record set, all at once: the header scan and the
+    read_committed filter of kwire.records pick the byte runs to decode."""
+    rl = _records_module()
+    spans = rl.scan_spans(data) if data else []
+    if not spans:
+        return [], fetch_offset, None
+    next_offset = max(fetch_offset, spans[-1].last_offset + 1)
+    last_epoch = next((sp.leader_epoch for sp in reversed(spans)
+                       if sp.leader_epoch >= 0 and sp.last_offset >= fetch_offset), None)
+    skip = rl.aborted_spans(spans, aborted) if read_committed else ()
+    runs = rl.record_runs(spans, skip, fetch_offset)
+    records = list(iter_records(data, check_crc, topic, partition, ranges=runs))
+    if records and records[0].offset < fetch_offset:  # (the broker returns whole batches)
+        records = [r for r in records if r.offset >= fetch_offset]
     return records, next_offset, last_epoch
 
 
@@ -345,8 +241,8 @@ class Fetcher:
                  max_partition_fetch_bytes: int = 1048576, buffer_budget_bytes: int = 64 << 20,
                  read_committed: bool = True, check_crcs: bool = False, client_rack: str | None = None,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
-                 iter_batches: Callable | None = None, iter_records: Callable | None = None,
-                 scan: Callable = scan_record_set, max_decompressed_bytes: int | None = None):
+                 iter_records: Callable | None = None, scan: Callable = scan_record_set,
+                 max_decompressed_bytes: int | None = None):
         self.subs = subscriptions
         self.metadata = metadata
         self.fetch_min_bytes = fetch_min_bytes
@@ -364,20 +260,14 @@ class Fetcher:
         self.decode_ahead_bytes = max(1, min(DECODE_AHEAD_BYTES, buffer_budget_bytes // 4))
         self.piece_bytes = max(_MIN_PIECE_BYTES, self.decode_ahead_bytes // 4)
         self.worker_ahead_bytes = 0
-        if iter_batches is None:
-            iter_batches, default_records = _record_layer()
-            iter_records = iter_records or default_records
+        if iter_records is None:
+            rl = _records_module()
             self.worker_ahead_bytes = min(WORKER_AHEAD_BYTES, buffer_budget_bytes // 8)
-            iter_batches = partial(iter_batches, max_ahead_bytes=self.worker_ahead_bytes)
-            if iter_records is not None:
-                iter_records = partial(iter_records, max_ahead_bytes=self.worker_ahead_bytes)
+            iter_records = partial(rl.iter_records, max_ahead_bytes=self.worker_ahead_bytes)
         if max_decompressed_bytes is not None:
             # fetch.max.decompressed.bytes: a batch expanding past it is a DecompressionLimitError
             # (a CorruptRecordError), reported like any corrupt record set (see decode_piece())
-            iter_batches = partial(iter_batches, max_decompressed_bytes=max_decompressed_bytes)
-            if iter_records is not None:
-                iter_records = partial(iter_records, max_decompressed_bytes=max_decompressed_bytes)
-        self._iter_batches = iter_batches
+            iter_records = partial(iter_records, max_decompressed_bytes=max_decompressed_bytes)
         self._iter_records = iter_records
         self._scan = scan
         self.sessions: dict[int, FetchSession] = {}
@@ -548,11 +438,15 @@ class Fetcher:
     def _records_of(self, chunk: FetchedChunk):
         data = chunk.data
         tp = chunk.tp
-        if self._iter_records is not None and not (self.read_committed and chunk.aborted):
+        if not (self.read_committed and chunk.aborted):
             return self._iter_records(data, self.check_crcs, tp[0], tp[1])
-        return _CommittedRecords(
-            self._iter_batches(data, check_crc=self.check_crcs, topic=tp[0], partition=tp[1]),
-            chunk.aborted if self.read_committed else ())
+        # read_committed with aborted transactions: kwire.records' filter says which byte runs
+        # hold records to hand out (over the spans of the scan in _partition); one iterator
+        # decodes just those
+        spans = chunk.spans if chunk.spans is not None else self._scan(data)
+        rl = _records_module()
+        runs = rl.record_runs(spans, rl.aborted_spans(spans, chunk.aborted), chunk.fetch_offset)
+        return self._iter_records(data, self.check_crcs, tp[0], tp[1], ranges=runs)
 
     def decode_piece(self, chunk: FetchedChunk, max_bytes: int | None) -> FetchedChunk | None:
         """The next records of a raw chunk from :meth:`on_response` (decoded after the next
@@ -675,6 +569,20 @@ class Fetcher:
         self._actions.append(ErrorAction(exc, partitions=[tp]))
         self._decode_failed.add(tp)
 
+    def _first_entry_damaged(self, tp: TP, data, fetched_offset: int, now_ms: int) -> None:
+        """No complete entry came: the answer was cut inside the first (fetched again later),
+        or the first entry is damaged, which is reported (and the partition backed off) like
+        a record set that fails to decode -- there are no records before it to hand out."""
+        try:
+            self._scan(data, False)
+        except KwireError as exc:
+            err: Any = exc  # error_cb and the log name the partition and offset
+            err.partitions = [tp]
+            if getattr(err, "offset", None) is None:
+                err.offset = fetched_offset
+            self._actions.append(ErrorAction(exc, partitions=[tp]))
+            self._backoff_until[tp] = now_ms + self.retry_backoff_ms
+
     # --- responses -----------------------------------------------------------------------------
 
     def on_response(self, request: Request, resp, now_ms: int) -> list[FetchedChunk]:
@@ -749,10 +657,16 @@ class Fetcher:
             data = p.get("records")
             if not data:
                 return None
-            last, last_epoch = self._scan(data)
-            if last is None or last < fetched_offset:
-                return None  # no complete batch (yet), or only batches before the position
-            next_offset = last + 1
+            spans = self._scan(data)  # the entries' headers, up to any damage
+            if not spans:
+                self._first_entry_damaged(tp, data, fetched_offset, now_ms)
+                return None  # no complete batch (yet)
+            last = spans[-1]
+            if last.last_offset < fetched_offset:
+                return None  # only batches before the position
+            next_offset = last.last_offset + 1
+            # KIP-320: the epoch of the last entry fetched (magic 0/1 entries carry none)
+            last_epoch = last.leader_epoch if last.magic >= 2 else None
             # The leader accepted our current_leader_epoch: the position now stands under it.
             self.subs.advance(tp, next_offset, last_epoch, leader_epoch)
             # `data` is a view of the Fetch answer's frame, which stays in memory while any of its
@@ -761,8 +675,12 @@ class Fetcher:
             nbytes = len(data)
             self.buffered[tp] = self.buffered.get(tp, 0) + nbytes
             self.buffered_total += nbytes
-            return FetchedChunk(tp, None, st.fence, nbytes, next_offset, st.high_watermark,
-                                data, fetched_offset, p.get("aborted_transactions"))
+            aborted = p.get("aborted_transactions")
+            chunk = FetchedChunk(tp, None, st.fence, nbytes, next_offset, st.high_watermark,
+                                 data, fetched_offset, aborted)
+            if self.read_committed and aborted:
+                chunk.spans = spans  # for the read_committed filter (_records_of)
+            return chunk
         if code == E.OFFSET_OUT_OF_RANGE:
             log.info("%s: offset %d out of range; resetting (%s)", tp, fetched_offset,
                      self.subs.default_reset.value)

@@ -7,10 +7,13 @@ between tasks, so later tasks skip the connect and ApiVersions handshake)::
     pos = from
     while pos < until:
         Fetch(partition leader, fetch_offset=pos)           the next one is sent before this
-        walk the batch headers of the answer                one is decoded (pipelining)
+        scan the entry headers (records.scan_spans)         one is decoded (pipelining)
         pos = last offset of the last complete batch + 1    so gaps (compaction, transaction
         decode the user batches, keep offsets in [from, until)   markers, aborted records) end
                                                             the range at `until`, never hang
+
+read_committed leaves out aborted transactions' batches with the record layer's filter
+(``kwire.records.aborted_spans`` / ``record_runs``), the one the consumer uses.
 
 Errors: OFFSET_OUT_OF_RANGE and a log that ends or starts past the range are data loss (fail,
 or skip with a warning when failOnDataLoss=false); leader and metadata errors refresh the
@@ -27,19 +30,17 @@ from __future__ import annotations
 
 import atexit
 import logging
-import struct
 import time
 import uuid
 from collections import namedtuple
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from typing import Any
 
-from .._impl import codec_module
+from .. import records as _records
 from ..config import Config, parse_config
 from ..errors import (
-    CorruptRecordError,
     KafkaConnectionError,
     KafkaTimeoutError,
     KwireError,
@@ -52,7 +53,7 @@ from .options import SourceOptions
 from .planner import DataLossError, OffsetRange
 
 __all__ = ["ReadSettings", "KafkaRow", "KafkaRowWithHeaders", "read_range_rows", "read_range_arrow",
-           "fetch_chunks", "scan_batches", "close_cached_clients"]
+           "fetch_chunks", "close_cached_clients"]
 
 _log = logging.getLogger("kwire.spark")
 
@@ -137,101 +138,6 @@ def close_cached_clients() -> None:
 
 
 atexit.register(close_cached_clients)
-
-
-# --- record batch headers ------------------------------------------------------------------------
-
-class Span(NamedTuple):
-    """One complete entry of a record set: bytes ``[start, end)``, offsets ``base..last``."""
-
-    start: int
-    end: int
-    base_offset: int
-    last_offset: int
-    is_control: bool
-    is_transactional: bool
-    producer_id: int
-
-
-_ENTRY_HEAD = struct.Struct(">qiiB")  # base offset, size, leader epoch / crc (v0/v1), magic
-_V2_FIELDS = struct.Struct(">hi")  # attributes, last offset delta (at byte 21)
-_I64 = struct.Struct(">q")
-
-
-def scan_batches(data) -> list[Span]:
-    """The complete entries of a record set, from their headers only (no decoding).
-
-    Layout (every format): ``offset int64 | size int32 | ... | magic int8 at byte 16``.  v2
-    batches carry ``attributes int16`` at 21, ``lastOffsetDelta int32`` at 23 and
-    ``producerId int64`` at 43.  A legacy (magic 0/1) entry's offset is its last offset (a
-    compressed wrapper carries its last inner message's offset).  A truncated entry at the end
-    is where Fetch cut the answer, and ends the scan.
-    """
-    out = []
-    n = len(data)
-    pos = 0
-    while n - pos >= 17:
-        base, size, _, magic = _ENTRY_HEAD.unpack_from(data, pos)
-        end = pos + 12 + size
-        if size < 14 or end > n:
-            if size < 14:
-                raise CorruptRecordError(f"record entry at position {pos} has size {size}", position=pos)
-            break
-        if magic == 2:
-            if size < 49:
-                raise CorruptRecordError(f"record batch at position {pos} has size {size}", position=pos)
-            attrs, last_delta = _V2_FIELDS.unpack_from(data, pos + 21)
-            pid = _I64.unpack_from(data, pos + 43)[0]
-            out.append(Span(pos, end, base, base + last_delta, bool(attrs & 0x20), bool(attrs & 0x10), pid))
-        else:
-            out.append(Span(pos, end, base, base, False, False, -1))
-        pos = end
-    return out
-
-
-def _aborted_spans(spans: list[Span], aborted: list[dict] | None) -> set[int]:
-    """Indexes of the spans holding records of aborted transactions (read_committed).
-
-    The Fetch answer lists each aborted transaction as (producer id, first offset).  A
-    producer's transactional batches from that first offset on are aborted until its next
-    control batch, which then can only be that transaction's ABORT marker (a producer has at
-    most one open transaction), so the marker's type need not be decoded.
-    """
-    if not aborted:
-        return set()
-    pending = sorted((a["first_offset"], a["producer_id"]) for a in aborted)
-    i = 0
-    active: set[int] = set()
-    out = set()
-    for k, s in enumerate(spans):
-        if not s.is_transactional:
-            continue
-        while i < len(pending) and pending[i][0] <= s.last_offset:
-            active.add(pending[i][1])
-            i += 1
-        if s.is_control:
-            active.discard(s.producer_id)
-        elif s.producer_id in active:
-            out.add(k)
-    return out
-
-
-def _user_runs(spans: list[Span], skip: set[int], lo: int, until: int) -> list[tuple[int, int]]:
-    """Byte ranges of consecutive spans worth decoding: overlapping ``[lo, until)``, not aborted."""
-    runs: list[tuple[int, int]] = []
-    start = end = None
-    for k, s in enumerate(spans):
-        if k in skip or s.last_offset < lo or s.base_offset >= until:
-            if start is not None:
-                runs.append((start, end))
-                start = None
-            continue
-        if start is None:
-            start = s.start
-        end = s.end
-    if start is not None:
-        runs.append((start, end))
-    return runs
 
 
 # --- the fetch loop --------------------------------------------------------------------------------
@@ -408,7 +314,7 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
                     raise _Retry(str(for_code(code, f"Fetch for {fx.where} at offset {pos}")))
                 raise for_code(code, f"Fetch for {fx.where} at offset {pos}")
             data = pd.get("records") or b""
-            spans = scan_batches(data)
+            spans = _records.scan_spans(data)
             if not spans:
                 if len(data):  # one batch larger than the partition fetch size: ask for more
                     if fx.partition_max_bytes >= _MAX_PARTITION_FETCH_BYTES:
@@ -439,8 +345,8 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
             if nxt <= pos:
                 raise ProtocolError(f"{fx.where}: Fetch at offset {pos} returned batches ending at "
                                     f"{nxt - 1}")
-            skip = _aborted_spans(spans, pd.get("aborted_transactions")) if fx.isolation else set()
-            runs = _user_runs(spans, skip, pos, until)
+            skip = _records.aborted_spans(spans, pd.get("aborted_transactions")) if fx.isolation else ()
+            runs = _records.record_runs(spans, skip, pos, until)
             lo = pos
             pos = nxt
             deadline = now_ms() + poll_timeout_ms
@@ -473,12 +379,8 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
 # --- outputs ---------------------------------------------------------------------------------------
 
 def _codec_functions():
-    """(iter_records, decode_columns or None) from kwire.records, else from the codec in use."""
-    try:
-        from .. import records as mod  # the record layer's public module, when present
-    except ImportError:
-        mod = codec_module()
-    return mod.iter_records, getattr(mod, "decode_columns", None)
+    """(iter_records, decode_columns or None) of the record layer."""
+    return _records.iter_records, getattr(_records, "decode_columns", None)
 
 
 class _Lease:
@@ -560,19 +462,18 @@ def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
         for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg,
                                   topic_id=r.topic_id):
             lo, until = chunk.lo, chunk.until
-            for a, b in chunk.runs:
-                for rec in iter_records(chunk.data[a:b], check_crc):
-                    o = rec.offset
-                    if o < lo:
-                        continue
-                    if o >= until:
-                        break
-                    ts = epoch + rec.timestamp * ms
-                    if headers:
-                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type,
-                                        list(rec.headers)))
-                    else:
-                        yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type))
+            for rec in iter_records(chunk.data, check_crc, ranges=chunk.runs):
+                o = rec.offset
+                if o < lo:
+                    continue
+                if o >= until:
+                    break
+                ts = epoch + rec.timestamp * ms
+                if headers:
+                    yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type,
+                                    list(rec.headers)))
+                else:
+                    yield new(cls, (rec.key, rec.value, topic, partition, o, ts, rec.timestamp_type))
         ok = True
     finally:
         lease.done(ok)

@@ -11,7 +11,8 @@ versions are checked exactly as on the wire.  Then the fake answers with a simpl
 * error injection per API (``cluster.inject("Heartbeat", E.NOT_COORDINATOR)``).
 
 Record batches here are Python objects behind an opaque token in the ``records`` bytes; the
-fetcher is given :func:`fake_iter_batches` to decode them.  With ``real_records=True`` the
+fetcher is given :func:`fake_iter_records` and :func:`fake_scan` to read them (read_committed
+with aborted transactions needs real batches: the filter slices the record set by byte).  With ``real_records=True`` the
 cluster answers Fetch with real magic-2 batches (kwire's ``build_batch``) instead, for the real
 record layer.
 
@@ -104,11 +105,13 @@ def fake_iter_records(data, check_crc=True, topic=None, partition=-1):
             yield from b.records
 
 
-def fake_scan(data):
+def fake_scan(data, until_damage=True):
+    """kwire.records.scan_spans for token batches (their byte ranges mean nothing)."""
+    from kwire.records import Span
+
     batches, _ = _REGISTRY[bytes(data)]
-    if not batches:
-        return None, None
-    return batches[-1].last_offset, batches[-1].partition_leader_epoch
+    return [Span(0, len(data), b.base_offset, b.last_offset, 2, b.partition_leader_epoch,
+                 b.producer_id, b.is_transactional, b.is_control) for b in batches]
 
 
 def control_record(offset: int, abort: bool) -> FRecord:

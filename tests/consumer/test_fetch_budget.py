@@ -181,3 +181,29 @@ def test_aborted_transactions_are_dropped_piece_by_piece(read_committed):
     kept = range(8) if not read_committed else (0, 2, 4, 6)
     assert got == [i * (PER_BATCH + 1) + j for i in kept for j in range(PER_BATCH)]
     assert len(pieces) > 2 and pieces[-1].next_offset == base
+
+
+@pytest.mark.parametrize("damage", [
+    b"\0" * 8 + b"\0\0\0\x01" + b"\0" * 20,                  # a size no entry can have
+    b"\0" * 8 + b"\0\0\0\x28" + b"\0\0\0\0\x07" + b"\0" * 35,  # magic 7
+])
+def test_damage_at_the_first_entry_is_reported_and_the_records_before_it_go_out(damage):
+    """The header scan stops at damage: an answer that starts with it is reported at once (not
+    fetched again and again in silence); one with batches before it hands those out first,
+    and decoding reports the damage."""
+    tp = ("t", 0)
+    f, subs = _fetcher([tp])
+    assert _answer(f, {tp: damage}) == []
+    [action] = f.drain_actions()
+    assert isinstance(action.error, CorruptRecordError) and action.partitions == [tp]
+    assert action.error.offset == 0 and subs.position(tp).offset == 0
+    assert tp in f._backoff_until
+
+    good, _ = _batches(2, compression="none")
+    [chunk] = _answer(f, {tp: b"".join(good) + damage})
+    assert chunk.next_offset == 2 * PER_BATCH
+    pieces = _drain(f, chunk, 8 << 10)
+    assert [r.offset for p in pieces for r in p.records] == list(range(2 * PER_BATCH))
+    [action] = f.drain_actions()
+    assert isinstance(action.error, CorruptRecordError)
+    assert subs.position(tp).offset == 2 * PER_BATCH

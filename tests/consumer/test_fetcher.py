@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from kwire import records as RL
 from kwire.consumer._codes import E
 from kwire.consumer.fetcher import Fetcher, FetchSession, decode_partition
 from kwire.consumer.offsets import ListOffsetsResult, PositionManager
 from kwire.consumer.subscription import FetchState, Position, SubscriptionState
 from kwire.consumer.types import ErrorAction
-from kwire.errors import KafkaConnectionError, LogTruncationError
+from kwire.errors import CorruptRecordError, KafkaConnectionError, LogTruncationError
 
 from .fakes import (
     Driver,
     FakeCluster,
     FBatch,
     FRecord,
-    fake_iter_batches,
     fake_iter_records,
     fake_scan,
-    pack_batches,
 )
 
 
@@ -45,8 +44,9 @@ class Setup:
         self.md = cluster.metadata()
         self.subs = SubscriptionState(reset)
         self.positions = PositionManager(self.subs, self.md, retry_backoff_ms=50)
-        self.fetcher = Fetcher(self.subs, self.md, iter_batches=fake_iter_batches,
-                               iter_records=fake_iter_records, scan=fake_scan,
+        # the fake cluster's token batches, or (real_records) the record layer on real bytes
+        fakes = {} if cluster.real_records else {"iter_records": fake_iter_records, "scan": fake_scan}
+        self.fetcher = Fetcher(self.subs, self.md, **fakes,
                                fetch_max_wait_ms=kw.pop("max_wait", 100), buffer_budget_bytes=budget,
                                read_committed=read_committed, retry_backoff_ms=50, **kw)
         self.refresher = MetadataRefresher(cluster, self.md, self.positions)
@@ -145,15 +145,15 @@ def test_records_before_the_fetch_offset_in_a_batch_are_dropped(cluster):
 
 
 def test_partial_trailing_batch_is_fetched_again():
-    batches = [FBatch(0, 1, [FRecord(0, b"a"), FRecord(1, b"b")])]
-    data = pack_batches(batches, truncated_tail=True)
-    recs, next_offset, _ = decode_partition(fake_iter_batches, data, 0, topic="t", partition=0,
-                                            aborted=None, read_committed=False, check_crc=False)
+    data = _batch(0, 2) + _batch(2, 3)[:-1]
+    recs, next_offset, _ = decode_partition(RL.iter_records, data, 0, topic="t", partition=0,
+                                            aborted=None, read_committed=False, check_crc=True)
     assert [r.offset for r in recs] == [0, 1] and next_offset == 2
 
 
 def test_read_committed_drops_aborted_transactions(cluster):
     tp = ("t", 0)
+    cluster.real_records = True  # (the filter reads the batches' headers)
     cluster.append(tp, [b"plain"])                                   # 0
     cluster.append(tp, [b"t1a", b"t1b"], producer_id=1, transactional=True)   # 1-2 aborted
     cluster.append(tp, [b"t2"], producer_id=2, transactional=True)   # 3 committed
@@ -178,6 +178,7 @@ def test_a_chunk_left_without_records_still_reaches_the_application(cluster):
     """Only an aborted transaction and its marker: the chunk comes back empty, its bytes
     already released, so the Consumer can move its position to ``next_offset``."""
     tp = ("t", 0)
+    cluster.real_records = True
     cluster.append(tp, [b"x", b"y"], producer_id=1, transactional=True)  # 0-1 aborted
     cluster.append_control(tp, 1, abort=True)                            # 2
     cluster.aborted = {tp: [{"producer_id": 1, "first_offset": 0}]}
@@ -511,23 +512,29 @@ def _batch(base, n, **kw):
 
 def test_scan_record_set_real_batches():
     from kwire.consumer.fetcher import scan_record_set
+
+    def last(data):
+        spans = scan_record_set(data)
+        return (spans[-1].last_offset, spans[-1].leader_epoch) if spans else (None, None)
     data = _batch(0, 3, partition_leader_epoch=4) + _batch(3, 5, partition_leader_epoch=7)
-    assert scan_record_set(data) == (7, 7)
-    assert scan_record_set(memoryview(data)) == (7, 7)
-    assert scan_record_set(data[:-1]) == (2, 4)  # the partial tail is ignored
-    assert scan_record_set(data[:10]) == (None, None)
-    assert scan_record_set(b"") == (None, None)
+    assert last(data) == (7, 7)
+    assert last(memoryview(data)) == (7, 7)
+    assert last(data[:-1]) == (2, 4)  # the partial tail is ignored
+    assert last(data[:10]) == (None, None)
+    assert last(b"") == (None, None)
+    damaged = data + b"\0" * 8 + b"\0\0\0\x01" + b"\0" * 20  # size 1: no entry is that small
+    assert last(damaged) == (7, 7)  # up to the damage: the decoding reports it
+    with pytest.raises(CorruptRecordError):
+        scan_record_set(damaged, until_damage=False)
 
 
 def test_scan_matches_decode_for_compressed_and_control_batches():
-    from kwire import records
     from kwire.consumer.fetcher import decode_records, scan_record_set
     data = (_batch(0, 4, compression="zstd") + _batch(4, 1, is_control=True, is_transactional=True)
             + _batch(5, 2, compression="gzip"))
-    last, _ = scan_record_set(data)
-    assert last == 6
-    recs = decode_records(records.iter_batches, records.iter_records, data, 2, topic="t",
-                          partition=0, aborted=None, read_committed=True, check_crc=True)
+    assert scan_record_set(data)[-1].last_offset == 6
+    recs = decode_records(RL.iter_records, data, 2, topic="t", partition=0, aborted=None,
+                          read_committed=True, check_crc=True)
     assert [r.offset for r in recs] == [2, 3, 5, 6]
 
 
