@@ -79,6 +79,17 @@ def test_delete_topics_and_create_partitions(admin, unique_topic):
         time.sleep(0.1)
 
 
+def _configs_when(admin, key, ok, timeout_s=15.0):
+    """The resource's configs once ``ok(configs)`` holds: a change reaches the broker through
+    the KRaft metadata log a moment after the controller accepted it."""
+    end = time.monotonic() + timeout_s
+    while True:
+        cfg = admin.describe_configs([key])[key]
+        if ok(cfg) or time.monotonic() >= end:
+            return cfg
+        time.sleep(0.05)
+
+
 def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
     admin.create_topics([(unique_topic, 1, 1)], wait_for_leaders=True)
     res = admin.describe_configs([(RESOURCE_TOPIC, unique_topic)])
@@ -87,13 +98,13 @@ def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
     key = (RESOURCE_TOPIC, unique_topic)
     assert admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 3600000),
                                                   ("cleanup.policy", OP_SET, "compact")]}) == {key: None}
-    cfg = admin.describe_configs([key])[key]
+    cfg = _configs_when(admin, key, lambda c: c["cleanup.policy"].value == "compact")
     assert (cfg["retention.ms"].value, cfg["retention.ms"].source, cfg["retention.ms"].is_default) == \
         ("3600000", 1, False)
     assert cfg["cleanup.policy"].value == "compact"
     # only what was named changes; DELETE returns a property to its default
     assert admin.incremental_alter_configs({key: [("retention.ms", OP_DELETE, None)]}) == {key: None}
-    cfg = admin.describe_configs([key])[key]
+    cfg = _configs_when(admin, key, lambda c: c["retention.ms"].is_default)
     assert cfg["retention.ms"].is_default and cfg["cleanup.policy"].value == "compact"
     # validate_only changes nothing; a bad value is the broker's typed error
     admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 1)]}, validate_only=True)
@@ -102,7 +113,7 @@ def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
     assert isinstance(res[key], KwireError) and res[key].name == "INVALID_CONFIG"
     # AlterConfigs (deprecated) replaces the whole configuration: cleanup.policy returns to default
     assert admin.alter_configs({key: {"retention.ms": 7200000}}) == {key: None}
-    cfg = admin.describe_configs([key])[key]
+    cfg = _configs_when(admin, key, lambda c: c["retention.ms"].value == "7200000")
     assert cfg["retention.ms"].value == "7200000" and cfg["cleanup.policy"].is_default
     # a broker's own configs, asked of that broker
     broker_id = str(next(iter(admin.list_topics().brokers)))
