@@ -127,7 +127,8 @@ def test_group_join_time():
     med = {c: {k: statistics.median(v) for k, v in t.items()} for c, t in times.items()}
     ratios = {f"{proto} {k}": med[f"confluent-{proto}"][k] / med[f"kwire-{proto}"][k]
               for proto in ("classic", "consumer") for k in ("first", "second")}
-    result = {"rounds": ROUNDS, "load_avg": os.getloadavg(), "seconds": times, "median_s": med,
+    result = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "broker": "Apache Kafka 4.3.1 (one KRaft node)",
+              "smoke": SMOKE, "rounds": ROUNDS, "load_avg": os.getloadavg(), "seconds": times, "median_s": med,
               "confluent_over_kwire": ratios}
     # (KWIRE_BENCH_RESULTS, as the other benches: the test suite's smoke run writes elsewhere)
     out = Path(os.environ.get("KWIRE_BENCH_RESULTS") or ROOT / "bench" / "results") / "group_join.json"

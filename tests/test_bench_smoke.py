@@ -121,6 +121,8 @@ def test_report_renders(smoke_results):
     assert "## Spark: kwire beside Spark's own Kafka source" in report
     assert "`kwire decode` beside Wireshark's tshark" in text and "| one line per frame / packet |" in text
     assert "## kwire decode beside tshark" in report
+    assert "**Group join time on Apache Kafka 4.3**" in text and "| kwire, classic protocol |" in text
+    assert "## Group join time" in report and "| confluent-kafka, KIP-848" in report
     for png in ("e2e_throughput.png", "e2e_cpu.png", "scaling_partitions.png", "spark_source.png"):
         assert (out / png).stat().st_size > 1000
     # splicing again replaces the section instead of adding a second one

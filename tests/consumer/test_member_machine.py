@@ -248,3 +248,39 @@ def test_an_answer_with_epoch_zero_keeps_the_member_joining():
     again = heartbeat(m, 3000).body(1)
     assert again["member_epoch"] == 0 and again["subscribed_topic_names"] == ["a"]
     assert again["rebalance_timeout_ms"] == 300000 and again["topic_partitions"] == []
+
+
+def test_the_broker_sets_the_heartbeat_interval():
+    # configured 3000; the broker's group.consumer.heartbeat.interval.ms rules (KIP-848)
+    m = member()
+    find(m)
+    answer(m, heartbeat(m, 0), 0, epoch=1, assignment={}, interval=750)
+    assert m.heartbeat_interval_ms == 750
+    assert m.poll(749) == [] and m.next_deadline_ms() == 750
+    req = heartbeat(m, 750)
+    # an answer without an interval (0) keeps the broker's last one
+    answer(m, req, 750, epoch=1, interval=0)
+    assert m.next_deadline_ms() == 1500
+    answer(m, heartbeat(m, 1500), 1500, epoch=1, interval=5000)
+    assert m.poll(6499) == [] and m.next_deadline_ms() == 6500
+
+
+def test_a_target_that_revokes_and_adds_revokes_first_then_assigns():
+    m = member()
+    joined(m, {T1: [0]})
+    (rev,) = retarget(m, 3000, 2, {T1: [1]})
+    assert isinstance(rev, RevokePartitions) and rev.partitions == [("a", 0)]
+    # nothing is assigned before the application has given up what it loses
+    assert m.poll(3001) == [] and m.drain_actions() == []
+    assert m.subs.is_assigned(("a", 0)) and not m.subs.is_assigned(("a", 1))
+    m.ack_revoke(rev.ack_id)
+    reqs = m.poll(3002)
+    (assign,) = m.drain_actions()
+    assert isinstance(assign, AssignPartitions) and assign.partitions == [("a", 1)]
+    assert assign.incremental
+    assert m.subs.assigned() == [("a", 1)]
+    # the acknowledgement names what the member owns now: [1] alone, at the new epoch
+    (ack,) = [r for r in reqs if r.api == "ConsumerGroupHeartbeat"]
+    body = ack.body(1)
+    assert body["member_epoch"] == 2
+    assert body["topic_partitions"] == [{"topic_id": T1, "partitions": [1]}]
