@@ -22,12 +22,31 @@ What differs from confluent-kafka, and why:
 from __future__ import annotations
 
 from .. import __version__ as _kwire_version
-from ._types import (MESSAGE_IMPLEMENTATION, OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED,
-                     TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE,
-                     KafkaError, KafkaException, Message, TopicPartition)
-from ._admin_types import (ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
-                           IsolationLevel, Node, TopicCollection, TopicPartitionInfo, Uuid)
+from ._admin_types import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    IsolationLevel,
+    Node,
+    TopicCollection,
+    TopicPartitionInfo,
+    Uuid,
+)
 from ._serializing import DeserializingConsumer, SerializingProducer
+from ._types import MESSAGE_IMPLEMENTATION as MESSAGE_IMPLEMENTATION  # kwire's: not in __all__
+from ._types import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from .consumer import Consumer
 from .producer import Producer
 

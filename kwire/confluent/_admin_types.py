@@ -45,7 +45,7 @@ class ConfigSource(Enum):
     GROUP_CONFIG = 8
 
     @classmethod
-    def of(cls, wire: int) -> "ConfigSource":
+    def of(cls, wire: int) -> ConfigSource:
         try:
             return cls(wire)
         except ValueError:
@@ -182,7 +182,7 @@ class ConsumerGroupState(_Ordered):
     EMPTY = 5
 
     @classmethod
-    def of(cls, broker_state: str) -> "ConsumerGroupState":
+    def of(cls, broker_state: str) -> ConsumerGroupState:
         """From the broker's name of the state ("Stable", "PreparingRebalance", ...)."""
         return _STATES.get((broker_state or "").lower(), cls.UNKNOWN)
 
@@ -203,7 +203,7 @@ class ConsumerGroupType(_Ordered):
     CLASSIC = 2
 
     @classmethod
-    def of(cls, broker_type: str) -> "ConsumerGroupType":
+    def of(cls, broker_type: str) -> ConsumerGroupType:
         return {"consumer": cls.CONSUMER, "classic": cls.CLASSIC}.get((broker_type or "").lower(),
                                                                       cls.UNKNOWN)
 
@@ -300,25 +300,25 @@ class OffsetSpec:
         return cls.for_timestamp(index)
 
     @classmethod
-    def _make(cls, value: int) -> "OffsetSpec":
+    def _make(cls, value: int) -> OffsetSpec:
         o = object.__new__(cls)
         o._value = value
         return o
 
     @classmethod
-    def earliest(cls) -> "OffsetSpec":
+    def earliest(cls) -> OffsetSpec:
         return _EARLIEST
 
     @classmethod
-    def latest(cls) -> "OffsetSpec":
+    def latest(cls) -> OffsetSpec:
         return _LATEST
 
     @classmethod
-    def max_timestamp(cls) -> "OffsetSpec":
+    def max_timestamp(cls) -> OffsetSpec:
         return _MAX_TIMESTAMP
 
     @classmethod
-    def for_timestamp(cls, timestamp: int) -> "OffsetSpec":
+    def for_timestamp(cls, timestamp: int) -> OffsetSpec:
         o = OffsetSpec._make(int(timestamp))
         o.timestamp = int(timestamp)
         return o

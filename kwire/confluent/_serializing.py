@@ -4,8 +4,13 @@ from the configuration (``key.serializer``, ``value.serializer``, ``key.deserial
 from __future__ import annotations
 
 from .consumer import Consumer
-from .error import (ConsumeError, KeyDeserializationError, KeySerializationError,
-                    ValueDeserializationError, ValueSerializationError)
+from .error import (
+    ConsumeError,
+    KeyDeserializationError,
+    KeySerializationError,
+    ValueDeserializationError,
+    ValueSerializationError,
+)
 from .producer import Producer
 from .serialization import MessageField, SerializationContext
 

@@ -6,6 +6,8 @@ record; no field is copied); ``set_*()`` or construction moves the fields into a
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _impl
 from .. import errors as _kerr
 from ..consumer.types import TopicPartition as _KTopicPartition
@@ -472,22 +474,23 @@ def _pure_make(fields: dict):
     return m
 
 
-Message = PyMessage  # the pure-Python twin (the reference) unless the compiled one loads
+# the pure-Python twin (the reference) unless the compiled one (no stub: type[Any]) loads
+Message: type[Any] = PyMessage
 _wrap, _wrap_list, _make = _pure_wrap, _pure_wrap_list, _pure_make
 MESSAGE_IMPLEMENTATION = "python"
 if not _impl._pure:
     try:
-        from ._message import IMPLEMENTATION as MESSAGE_IMPLEMENTATION  # noqa: F811
-        from ._message import Message  # noqa: F811
-        from ._message import make as _make
-        from ._message import wrap as _wrap
-        from ._message import wrap_list as _wrap_list
+        from . import _message
     except ImportError as exc:
         if _impl._required:
             raise ImportError(f"kwire.confluent._message (compiled) failed to import: {exc}") from exc
         import warnings
         warnings.warn(f"kwire.confluent: compiled Message unavailable ({exc}); using the "
                       "pure-Python twin", RuntimeWarning, stacklevel=2)
+    else:
+        Message = _message.Message
+        _wrap, _wrap_list, _make = _message.wrap, _message.wrap_list, _message.make
+        MESSAGE_IMPLEMENTATION = _message.IMPLEMENTATION
 
 
 def _event(topic, partition, offset, error: KafkaError):

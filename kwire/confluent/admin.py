@@ -21,22 +21,43 @@ import concurrent.futures
 import warnings
 
 from ..admin import NewTopic as _KNewTopic
-from ._admin_types import (FROM_WIRE_RESOURCE, WIRE_RESOURCE, AlterConfigOpType, ConfigEntry,  # noqa: F401
-                           ConfigResource, ConfigSource, ConsumerGroupDescription, ConsumerGroupListing,
-                           ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType,
-                           DescribeClusterResult, IsolationLevel, ListConsumerGroupsResult,
-                           ListOffsetsResultInfo, MemberAssignment, MemberDescription, NewPartitions,
-                           Node, OffsetSpec, ResourceType, TopicCollection, TopicDescription,
-                           TopicPartitionInfo, BROKER_STATE, AclOperation, Uuid)
 from ._admin_base import _timeout
 from ._admin_groups import _GroupCalls
+from ._admin_types import (
+    WIRE_RESOURCE,
+    AclOperation,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    DescribeClusterResult,
+    IsolationLevel,
+    ListConsumerGroupsResult,
+    ListOffsetsResultInfo,
+    MemberAssignment,
+    MemberDescription,
+    NewPartitions,
+    Node,
+    OffsetSpec,
+    ResourceType,
+    TopicCollection,
+    TopicDescription,
+    TopicPartitionInfo,
+    Uuid,
+)
 from ._types import KafkaError, KafkaException, TopicPartition, to_kafka_error
 
 __all__ = ["AdminClient", "NewTopic", "ClusterMetadata", "BrokerMetadata", "TopicMetadata",
            "PartitionMetadata", "DeletedRecords", "NewPartitions", "ConfigResource", "ConfigEntry",
            "ConfigSource", "AlterConfigOpType", "ResourceType", "ConsumerGroupListing",
            "ListConsumerGroupsResult", "MemberAssignment", "MemberDescription",
-           "ConsumerGroupDescription", "OffsetSpec", "ListOffsetsResultInfo",
+           "ConsumerGroupDescription", "ConsumerGroupState", "ConsumerGroupTopicPartitions",
+           "ConsumerGroupType", "OffsetSpec", "ListOffsetsResultInfo",
            "DescribeClusterResult", "TopicDescription", "KafkaException", "KafkaError",
            "AclOperation", "Uuid"]
 

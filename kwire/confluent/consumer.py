@@ -15,10 +15,19 @@ from ..consumer import Consumer as _KConsumer
 from ..consumer.consumer import PartitionEOF as _EOF
 from ..errors import ConfigError, KwireError
 from ..net.connection import ConnState
-from ._config import config_error, split_config
 from . import _types
-from ._types import (KafkaError, KafkaException, TopicPartition, _event, _tps, _wrap, _wrap_list,
-                     to_kafka_error, to_kafka_exception)
+from ._config import config_error, split_config
+from ._types import (
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+    _event,
+    _tps,
+    _wrap,
+    _wrap_list,
+    to_kafka_error,
+    to_kafka_exception,
+)
 
 log = logging.getLogger("kwire.confluent")
 

@@ -51,13 +51,15 @@ logged, once per broker until a fetch from it succeeds again -- garbage is never
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
 from itertools import islice
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError
 from ..protocol.schema import ZERO_UUID
-from ._codes import E, error as broker_error, is_invalid_metadata
+from ._codes import E, is_invalid_metadata
+from ._codes import error as broker_error
 from .subscription import SubscriptionState
 from .types import ErrorAction, Request
 
