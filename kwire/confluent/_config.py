@@ -13,6 +13,7 @@ Anything else unknown is refused as confluent-kafka refuses it: KafkaException(_
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
@@ -164,3 +165,29 @@ def config_error(exc: ConfigError) -> KafkaException:
     if m:
         text = f'No such configuration property: "{m.group(1)}"'
     return _invalid(text)
+
+
+_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR,
+               4: logging.WARNING, 5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
+
+
+class _Forward(logging.Handler):
+    def __init__(self, target: logging.Logger, level: int):
+        super().__init__(level)
+        self.target = target
+
+    def emit(self, record):
+        if self.target.isEnabledFor(record.levelno):
+            self.target.handle(record)
+
+
+def forward_logs(logger, log_level) -> logging.Handler:
+    """``logger``: kwire's log records (the 'kwire' logger tree) go to it, filtered by
+    ``log_level`` (syslog numbering as librdkafka's, default 6 = info) while the client is open."""
+    level = _LOG_LEVELS.get(int(log_level) if log_level is not None else 6, logging.INFO)
+    h = _Forward(logger, level)
+    root = logging.getLogger("kwire")
+    root.addHandler(h)
+    if root.getEffectiveLevel() > level:
+        root.setLevel(level)
+    return h

@@ -7,7 +7,7 @@ import time
 from ..errors import ConfigError, KafkaTimeoutError, KwireError, TransactionAbortRequiredError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
-from ._config import config_error, split_config
+from ._config import config_error, forward_logs, split_config
 from ._types import KafkaError, KafkaException, _from_report, to_kafka_error, to_kafka_exception
 
 log = logging.getLogger("kwire.confluent")
@@ -85,8 +85,7 @@ class Producer:
             # an unreachable cluster is noticed (and reported) without records to send.
             self._p._md.request_update()
         if self._logger is not None:
-            from .consumer import _forward_logs
-            self._log_handler = _forward_logs(self._logger, extra.get("log_level"))
+            self._log_handler = forward_logs(self._logger, extra.get("log_level"))
 
     def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
                 headers=None, callback=None):
