@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..config import _BY_NAME
@@ -85,20 +86,21 @@ def _invalid(text: str) -> KafkaException:
     return KafkaException(KafkaError(KafkaError._INVALID_ARG, text))
 
 
-def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
+def split_config(conf: Any, kwargs: dict[str, Any],
+                 role: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(kwire configuration, adapter keys) from a confluent-kafka ``conf`` dict and keyword
     arguments (confluent-kafka accepts ``Consumer(conf, logger=...)``)."""
     if conf is None and not kwargs:
         raise TypeError("expected configuration dict")
     if conf is not None and not isinstance(conf, dict):
         raise TypeError("expected configuration dict")
-    merged: dict = dict(conf or {})
+    merged: dict[str, Any] = dict(conf or {})
     merged.update(kwargs)
     dtc = merged.pop("default.topic.config", None)  # librdkafka's old nested topic config:
     if dtc:                                          # its values win, as in confluent-kafka
         merged.update(dict(dtc))
-    kconf: dict = {}
-    extra: dict = {}
+    kconf: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     for old, new in _ALIASES.items():  # librdkafka's older names kwire's table does not have
         if old in merged:
             merged.setdefault(new, merged.pop(old))
@@ -141,7 +143,7 @@ def split_config(conf: Any, kwargs: dict, role: str) -> tuple[dict, dict]:
     return kconf, extra
 
 
-def _without_placeholder(stats_cb):
+def _without_placeholder(stats_cb: Callable[[str], object]) -> Callable[[str], None]:
     """stats_cb for a client without brokers: librdkafka lists none, so the placeholder
     address is left out of ``brokers``."""
     def cb(doc: str) -> None:
@@ -172,16 +174,16 @@ _LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3:
 
 
 class _Forward(logging.Handler):
-    def __init__(self, target: logging.Logger, level: int):
+    def __init__(self, target: logging.Logger, level: int) -> None:
         super().__init__(level)
         self.target = target
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         if self.target.isEnabledFor(record.levelno):
             self.target.handle(record)
 
 
-def forward_logs(logger, log_level) -> logging.Handler:
+def forward_logs(logger: logging.Logger, log_level: int | str | None) -> logging.Handler:
     """``logger``: kwire's log records (the 'kwire' logger tree) go to it, filtered by
     ``log_level`` (syslog numbering as librdkafka's, default 6 = info) while the client is open."""
     level = _LOG_LEVELS.get(int(log_level) if log_level is not None else 6, logging.INFO)

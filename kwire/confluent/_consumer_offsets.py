@@ -3,6 +3,8 @@ positions, seek, watermarks and offsets for times (positions corrected for the r
 holds)."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import KwireError
 from ._consumer_base import _ck_timeout, _ConsumerBase, _in, _RecordView
 from ._types import KafkaError, KafkaException, TopicPartition, _tps, to_kafka_exception
@@ -11,7 +13,8 @@ from ._types import KafkaError, KafkaException, TopicPartition, _tps, to_kafka_e
 class _OffsetCalls(_ConsumerBase):
     """The offset calls of :class:`~kwire.confluent.consumer.Consumer`."""
 
-    def commit(self, message=None, offsets=None, asynchronous=True, **kwargs):
+    def commit(self, message: Any = None, offsets: list[TopicPartition] | None = None,
+               asynchronous: bool = True, **kwargs: Any) -> list[TopicPartition] | None:
         """Commit the position after ``message``, ``offsets``, or every consumed position.
         Synchronous: returns the committed TopicPartitions or raises KafkaException."""
         self._check()
@@ -44,7 +47,8 @@ class _OffsetCalls(_ConsumerBase):
             return None
         return _tps(res) if res is not None else None
 
-    def store_offsets(self, message=None, offsets=None):
+    def store_offsets(self, message: Any = None,
+                      offsets: list[TopicPartition] | None = None) -> None:
         self._check()
         if message is not None and offsets is not None:
             raise ValueError("Store offsets takes either message or offsets, not both")
@@ -60,15 +64,16 @@ class _OffsetCalls(_ConsumerBase):
                 raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, str(exc))) from None
             raise to_kafka_exception(exc) from None
 
-    def committed(self, partitions, timeout=None):
+    def committed(self, partitions: list[TopicPartition],
+                  timeout: float | None = None) -> list[TopicPartition]:
         self._check()
         return _tps(self._call(self._c.committed, _in(partitions), _ck_timeout(timeout)))
 
-    def position(self, partitions):
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         self._check()
         return self._with_held(_tps(self._call(self._c.position, _in(partitions))))
 
-    def seek(self, partition):
+    def seek(self, partition: TopicPartition) -> None:
         self._check()
         if not isinstance(partition, TopicPartition):
             raise TypeError("expected TopicPartition")
@@ -80,13 +85,14 @@ class _OffsetCalls(_ConsumerBase):
                 raise KafkaException(KafkaError(KafkaError._STATE, f"Local: Erroneous state ({exc})")) from None
             raise to_kafka_exception(exc) from None
 
-
-    def get_watermark_offsets(self, partition, timeout=None, cached=False):
+    def get_watermark_offsets(self, partition: TopicPartition, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int] | None:
         self._check()
         if not isinstance(partition, TopicPartition):
             raise TypeError("expected TopicPartition")
         return self._call(self._c.get_watermark_offsets, partition, _ck_timeout(timeout), cached)
 
-    def offsets_for_times(self, partitions, timeout=None):
+    def offsets_for_times(self, partitions: list[TopicPartition],
+                          timeout: float | None = None) -> list[TopicPartition]:
         self._check()
         return _tps(self._call(self._c.offsets_for_times, _in(partitions), _ck_timeout(timeout)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from time import monotonic_ns as _monotonic_ns
+from typing import Any
 
 from ..consumer.consumer import PartitionEOF as _EOF
 from ..errors import KwireError
@@ -18,18 +19,20 @@ _CHECK_EVERY_S = 1.0  # unknown topics / all brokers down are looked for at most
 _MAX_BATCH = 500  # records poll() takes from kwire at most at once
 
 
-def _eof_message(e: _EOF):
+def _eof_message(e: _EOF) -> Any:
     return _event(e.topic, e.partition, e.offset, KafkaError(
         KafkaError._PARTITION_EOF,
         f"Fetch from broker reached end of partition at offset {e.offset} "
         f"(HighwaterMark {e.offset})"))
 
 
-def _error_message(exc: BaseException):
+def _error_message(exc: BaseException) -> Any:
     """An error message for an exception kwire raised from poll()/consume()."""
     err = to_kafka_error(exc)
     parts = getattr(exc, "partitions", None) or []
-    topic = partition = offset = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
     if parts:
         topic, partition = parts[0] if isinstance(parts[0], tuple) else (parts[0].topic, parts[0].partition)
     else:
@@ -48,7 +51,7 @@ def _error_message(exc: BaseException):
 class _RecordCalls(_ConsumerBase):
     """poll() and consume() of :class:`~kwire.confluent.consumer.Consumer`."""
 
-    def poll(self, timeout=None):
+    def poll(self, timeout: float | None = None) -> Any:
         """The next Message (or error/event Message), or None after ``timeout`` seconds (None or
         -1: wait until there is one)."""
         # The record path: a message from the batch in hand, or one call into kwire for the
@@ -80,7 +83,7 @@ class _RecordCalls(_ConsumerBase):
             self._bi = 1
         return _wrap(recs[0])
 
-    def consume(self, num_messages=1, timeout=-1):
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
         """Up to ``num_messages`` Messages: waits up to ``timeout`` seconds (-1 / None: until
         there is one) and returns what arrived."""
         if self._closed:
@@ -111,7 +114,7 @@ class _RecordCalls(_ConsumerBase):
             if num_messages == 0 or (deadline is not None and time.monotonic() >= deadline):
                 return []
 
-    def _refill(self, limit, timeout, adaptive=False):
+    def _refill(self, limit: int, timeout: float | None, adaptive: bool = False) -> object:
         """One call into kwire for up to ``limit`` records (poll(), ``adaptive``: up to
         ``self._batch``; consume(): up to ``num_messages``, as confluent-kafka gives): a
         non-empty list of Records, an error/event Message, or None.
@@ -141,7 +144,7 @@ class _RecordCalls(_ConsumerBase):
             return _eof_message(recs[0])
         return recs
 
-    def _idle(self):
+    def _idle(self) -> Any:
         """Between records: report subscribed topics the cluster lacks (as an error message, once
         per topic) and all brokers down (to error_cb), at most once a second."""
         now = time.monotonic()

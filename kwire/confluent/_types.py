@@ -6,7 +6,8 @@ record; no field is copied); ``set_*()`` or construction moves the fields into a
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, overload
 
 from .. import _impl
 from .. import errors as _kerr
@@ -33,7 +34,16 @@ class KafkaException(Exception):
     caller passed)."""
 
 
-class KafkaError(KafkaException):
+if TYPE_CHECKING:
+    class _CodeNames(type):
+        """For the type checker only: ``KafkaError.<NAME>`` is an int (set from CODES below)."""
+
+        def __getattr__(cls, name: str) -> int: ...
+else:
+    _CodeNames = type
+
+
+class KafkaError(KafkaException, metaclass=_CodeNames):
     """An error or event, as confluent-kafka's ``KafkaError``: a librdkafka error code (negative:
     client-side, ``_PARTITION_EOF`` etc.; non-negative: the broker's), its name and description,
     and the fatal / retriable / txn_requires_abort flags.  Compares and hashes as its code.
@@ -122,9 +132,8 @@ class KafkaError(KafkaException):
 for _code, _name, _ in CODES:  # KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART, ...
     setattr(KafkaError, _name, _code)
 # librdkafka's range markers (not errors themselves)
-KafkaError._BEGIN = -200
-KafkaError._END = -100
-KafkaError.END_ALL = max(c for c, _, _ in CODES) + 1
+for _name, _code in (("_BEGIN", -200), ("_END", -100), ("END_ALL", max(c for c, _, _ in CODES) + 1)):
+    setattr(KafkaError, _name, _code)
 del _code, _name
 
 # kwire's client-side failures -> librdkafka's local error codes (most specific class first)
@@ -154,6 +163,12 @@ _LOCAL = tuple((cls, code) for cls, code in (
 ) if cls is not None)
 
 
+@overload
+def to_kafka_error(exc: BaseException, *, fatal: bool = False) -> KafkaError: ...
+@overload
+def to_kafka_error(exc: None, *, fatal: bool = False) -> None: ...
+@overload
+def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaError | None: ...
 def to_kafka_error(exc: BaseException | None, *, fatal: bool = False) -> KafkaError | None:
     """The KafkaError for a kwire exception (None stays None).  Broker errors keep their code
     and retriable flag; client-side failures take librdkafka's local code; the text is kwire's."""
@@ -278,7 +293,7 @@ _READONLY = frozenset({"topic", "metadata", "error"})  # as confluent-kafka's; t
 # sets them with object.__setattr__
 
 
-def _tp(k, error=None) -> TopicPartition:
+def _tp(k: Any, error: BaseException | None = None) -> TopicPartition:
     """A confluent TopicPartition from a kwire one (or a (topic, partition) tuple)."""
     if isinstance(k, tuple):
         return TopicPartition(k[0], k[1])
@@ -290,7 +305,7 @@ def _tp(k, error=None) -> TopicPartition:
     return out
 
 
-def _tps(ks) -> list:
+def _tps(ks: Iterable[Any]) -> list[TopicPartition]:
     return [_tp(k) for k in ks]
 
 
@@ -313,6 +328,8 @@ class PyMessage:
     """
 
     __slots__ = ("_r", "_f")  # a kwire Record, or None; the fields dict once set or constructed
+    _r: Any
+    _f: dict[str, Any] | None
 
     def __init__(self, topic=None, partition=None, offset=None, key=None, value=None,
                  headers=None, error=None, timestamp=None, latency=None, leader_epoch=None):
@@ -456,18 +473,18 @@ class PyMessage:
 _new = object.__new__
 
 
-def _pure_wrap(r, _new=_new, _M=PyMessage):
-    m = _new(_M)
+def _pure_wrap(r: Any, _new: Any = _new, _M: type[PyMessage] = PyMessage) -> PyMessage:
+    m: PyMessage = _new(_M)
     m._r = r
     m._f = None
     return m
 
 
-def _pure_wrap_list(records: list) -> list:
+def _pure_wrap_list(records: list[Any]) -> list[PyMessage]:
     return list(map(_pure_wrap, records))
 
 
-def _pure_make(fields: dict):
+def _pure_make(fields: dict[str, Any]) -> PyMessage:
     m = _new(PyMessage)
     m._r = None
     m._f = fields
@@ -493,7 +510,8 @@ if not _impl._pure:
         MESSAGE_IMPLEMENTATION = _message.IMPLEMENTATION
 
 
-def _event(topic, partition, offset, error: KafkaError):
+def _event(topic: str | None, partition: int | None, offset: int | None,
+           error: KafkaError) -> Any:
     """An error/event message (partition EOF, unknown topic, consumer errors)."""
     return _make({"topic": topic,
                   "partition": partition if partition is not None and partition >= 0 else None,

@@ -13,12 +13,18 @@ watermarks, offsets_for_times).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any, Literal
 
+from ..consumer import GroupMetadata
 from ..errors import KwireError
 from ._consumer_base import _ck_timeout, _in
 from ._consumer_offsets import _OffsetCalls
 from ._consumer_records import _RecordCalls
 from ._types import KafkaError, KafkaException, TopicPartition, _tps, to_kafka_exception
+
+# on_assign / on_revoke / on_lost: called with the Consumer and a list of TopicPartitions
+_Callback = Callable[["Consumer", list[TopicPartition]], object]
 
 
 class Consumer(_RecordCalls, _OffsetCalls):
@@ -32,12 +38,13 @@ class Consumer(_RecordCalls, _OffsetCalls):
 
     # --- group and assignment ---------------------------------------------------------------
 
-    def _wrap_cb(self, cb):
+    def _wrap_cb(self, cb: _Callback | None) -> Callable[[Any, list[Any]], object] | None:
         if cb is None:
             return None
         return lambda _c, parts: cb(self, [TopicPartition(p.topic, p.partition) for p in parts])
 
-    def subscribe(self, topics, on_assign=None, on_revoke=None, on_lost=None):
+    def subscribe(self, topics: list[str], on_assign: _Callback | None = None,
+                  on_revoke: _Callback | None = None, on_lost: _Callback | None = None) -> None:
         self._check()
         if not isinstance(topics, list):
             raise TypeError("expected list of topic unicode strings")
@@ -54,14 +61,14 @@ class Consumer(_RecordCalls, _OffsetCalls):
         except KwireError as exc:
             raise to_kafka_exception(exc) from None
 
-    def unsubscribe(self):
+    def unsubscribe(self) -> None:
         self._check()
         self._topics = []
         self._manual = None
         self._unread()
         self._call(self._c.unsubscribe)
 
-    def assign(self, partitions):
+    def assign(self, partitions: list[TopicPartition]) -> None:
         self._check()
         parts = _in(partitions)
         self._unread()
@@ -69,7 +76,7 @@ class Consumer(_RecordCalls, _OffsetCalls):
         if not self._topics:
             self._manual = {(p.topic, p.partition): None for p in parts}
 
-    def incremental_assign(self, partitions):
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         self._check()
         parts = _in(partitions)
         self._call(self._c.incremental_assign, parts)
@@ -77,13 +84,13 @@ class Consumer(_RecordCalls, _OffsetCalls):
             self._manual = dict(self._manual or {})
             self._manual.update({(p.topic, p.partition): None for p in parts})
 
-    def unassign(self):
+    def unassign(self) -> None:
         self._check()
         self._unread()
         self._call(self._c.unassign)
         self._manual = None if self._topics else {}
 
-    def incremental_unassign(self, partitions):
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         self._check()
         parts = _in(partitions)
         self._unread({(p.topic, p.partition) for p in parts})
@@ -92,46 +99,46 @@ class Consumer(_RecordCalls, _OffsetCalls):
             for p in parts:
                 self._manual.pop((p.topic, p.partition), None)
 
-    def assignment(self):
+    def assignment(self) -> list[TopicPartition]:
         self._check()
         if self._manual is not None:
             return [TopicPartition(t, p) for t, p in self._manual]
         return _tps(self._c.assignment())
 
-    def pause(self, partitions):
+    def pause(self, partitions: list[TopicPartition]) -> None:
         self._check()
         parts = _in(partitions)
         self._unread({(p.topic, p.partition) for p in parts})
         self._call(self._c.pause, parts)
 
-    def resume(self, partitions):
+    def resume(self, partitions: list[TopicPartition]) -> None:
         self._check()
         self._call(self._c.resume, _in(partitions))
 
     # --- cluster and group metadata ---------------------------------------------------------
 
-    def list_topics(self, topic=None, timeout=-1):
+    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> Any:
         self._check()
         from .admin import _cluster_metadata
         return _cluster_metadata(self._call(self._c.list_topics, topic, _ck_timeout(timeout)))
 
-    def memberid(self):
+    def memberid(self) -> str | None:
         self._check()
         return getattr(self._c._coord, "member_id", None) or None
 
-    def cluster_id(self, timeout=-1):
+    def cluster_id(self, timeout: float | None = -1) -> str | None:
         """The cluster id the brokers report (None when they report none)."""
         if self._closed:
             raise RuntimeError("Consumer closed")
-        md = self._c._net.metadata
-        if md.cluster_id is None:
+        cid: str | None = self._c._net.metadata.cluster_id
+        if cid is None:
             try:
-                return self._c.list_topics(None, _ck_timeout(timeout)).cluster_id
+                cid = self._c.list_topics(None, _ck_timeout(timeout)).cluster_id
             except KwireError as exc:
                 raise to_kafka_exception(exc) from None
-        return md.cluster_id
+        return cid
 
-    def consumer_group_metadata(self):
+    def consumer_group_metadata(self) -> GroupMetadata:
         """The group membership for Producer.send_offsets_to_transaction() (kwire's
         :class:`~kwire.consumer.GroupMetadata`; confluent-kafka's is opaque)."""
         if self._closed:
@@ -143,11 +150,11 @@ class Consumer(_RecordCalls, _OffsetCalls):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def set_sasl_credentials(self, username, password):
+    def set_sasl_credentials(self, username: str, password: str) -> None:
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "kwire takes SASL credentials from the configuration only"))
 
-    def close(self):
+    def close(self) -> None:
         """Revoke (on_revoke), commit (auto commit), leave the group, stop.  Closing again does
         nothing (as confluent-kafka 2.x)."""
         if self._closed:
@@ -161,10 +168,10 @@ class Consumer(_RecordCalls, _OffsetCalls):
                 logging.getLogger("kwire").removeHandler(self._log_handler)
         return None
 
-    def __enter__(self):
+    def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if not self._closed:
             self.close()
         return False
