@@ -320,6 +320,24 @@ def test_consumer_subclassing():
     sc.close()
 
 
+def test_poll_without_timeout_returns_through_a_subclass_once():
+    """poll() (no timeout) waits in 1 s slices inside Consumer: a subclass's poll() -- here
+    DeserializingConsumer's -- runs once per message, so a key is deserialized once."""
+    seen = []
+
+    def key_deserializer(key, ctx):
+        seen.append(key)
+        return key.decode()
+
+    c = ck.DeserializingConsumer({"bootstrap.servers": NOWHERE, "group.id": "test",
+                                  "key.deserializer": key_deserializer})
+    replies = [None, [Record(5, 0, 0, b"k", b"v", [], "t", 0, -1)]]
+    c._refill = lambda *args, **kwargs: replies.pop(0)
+    m = c.poll()
+    assert (m.key(), m.offset(), seen) == ("k", 5, [b"k"])
+    c.close()
+
+
 def test_consumer_error_cb_all_brokers_down():
     seen = []
     c = _consumer(error_cb=lambda e: seen.append(e))

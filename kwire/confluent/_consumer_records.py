@@ -72,7 +72,8 @@ class _RecordCalls(_ConsumerBase):
             raise RuntimeError("Consumer closed")
         if timeout is None or timeout < 0:
             while True:  # in slices, so unknown topics / brokers down are reported meanwhile
-                m = self.poll(1.0)
+                # this poll(), not a subclass's: DeserializingConsumer's would deserialize twice
+                m = _RecordCalls.poll(self, 1.0)
                 if m is not None:
                     return m
         recs = self._refill(1_000_000_000, timeout, adaptive=True)
