@@ -75,7 +75,7 @@ class ThrottleEvent:
         return f"{self.broker_name}/{self.broker_id} throttled for {int(self.throttle_time * 1000)} ms"
 
 
-def _partition(name: str, key, partition_count) -> int:
+def _partition(name: str, key: object, partition_count: object) -> int:
     if not isinstance(key, bytes):
         raise TypeError("key must be bytes")
     if isinstance(partition_count, bool) or not isinstance(partition_count, int):
@@ -83,7 +83,9 @@ def _partition(name: str, key, partition_count) -> int:
     if partition_count <= 0:
         raise ValueError("partition_count must be > 0")
     from ..producer import partition_for
-    return partition_for(name, key, partition_count)
+    p = partition_for(name, key, partition_count)
+    assert p is not None  # a key and a partitioner that is not random: a partition
+    return p
 
 
 def murmur2(key: bytes, partition_count: int) -> int:
@@ -124,6 +126,7 @@ def libversion() -> tuple[str, int]:
             _version_int(_FOLLOWS_LIBRDKAFKA))
 
 
+# Left unannotated: annotated, mypy resolves the stub-less kwire.confluent._message through it.
 def __getattr__(name):
     if name == "admin":
         from . import admin

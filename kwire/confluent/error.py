@@ -1,6 +1,8 @@
 """``confluent_kafka.error``: the exceptions of the serializing clients."""
 from __future__ import annotations
 
+from typing import Any
+
 from ._types import KafkaError, KafkaException
 from .serialization import SerializationError
 
@@ -13,18 +15,21 @@ class _KafkaClientError(KafkaException):
     """``args[0]`` the KafkaError; ``exception`` the original one; ``kafka_message`` the
     message as it came from the broker (consumer side)."""
 
-    def __init__(self, kafka_error, exception=None, kafka_message=None):
+    def __init__(self, kafka_error: KafkaError, exception: BaseException | None = None,
+                 kafka_message: Any = None) -> None:
         super().__init__(kafka_error)
         self.exception = exception
         self.kafka_message = kafka_message
 
     @property
     def code(self) -> int:
-        return self.args[0].code()
+        err: KafkaError = self.args[0]
+        return err.code()
 
     @property
     def name(self) -> str:
-        return self.args[0].name()
+        err: KafkaError = self.args[0]
+        return err.name()
 
 
 class ConsumeError(_KafkaClientError):
@@ -32,27 +37,27 @@ class ConsumeError(_KafkaClientError):
 
 
 class KeyDeserializationError(ConsumeError, SerializationError):
-    def __init__(self, exception=None, kafka_message=None):
+    def __init__(self, exception: BaseException | None = None, kafka_message: Any = None) -> None:
         super().__init__(KafkaError(KafkaError._KEY_DESERIALIZATION, str(exception)),
                          exception=exception, kafka_message=kafka_message)
 
 
 class ValueDeserializationError(ConsumeError, SerializationError):
-    def __init__(self, exception=None, kafka_message=None):
+    def __init__(self, exception: BaseException | None = None, kafka_message: Any = None) -> None:
         super().__init__(KafkaError(KafkaError._VALUE_DESERIALIZATION, str(exception)),
                          exception=exception, kafka_message=kafka_message)
 
 
 class ProduceError(_KafkaClientError):
-    def __init__(self, kafka_error, exception=None):
+    def __init__(self, kafka_error: KafkaError, exception: BaseException | None = None) -> None:
         super().__init__(kafka_error, exception, None)
 
 
 class KeySerializationError(ProduceError, SerializationError):
-    def __init__(self, exception=None):
+    def __init__(self, exception: BaseException | None = None) -> None:
         super().__init__(KafkaError(KafkaError._KEY_SERIALIZATION, str(exception)), exception=exception)
 
 
 class ValueSerializationError(ProduceError, SerializationError):
-    def __init__(self, exception=None):
+    def __init__(self, exception: BaseException | None = None) -> None:
         super().__init__(KafkaError(KafkaError._VALUE_SERIALIZATION, str(exception)), exception=exception)

@@ -27,7 +27,7 @@ class MessageField(str, Enum):
 class SerializationContext:
     """What a (de)serializer knows of the message: topic, field, headers."""
 
-    def __init__(self, topic: str, field: MessageField, headers=None):
+    def __init__(self, topic: str, field: MessageField, headers: Any = None) -> None:
         self.topic = topic
         self.field = field
         self.headers = headers
@@ -43,7 +43,7 @@ class Serializer:
     def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         raise NotImplementedError
 
-    def set_cluster_id_resolver(self, resolver) -> None:
+    def set_cluster_id_resolver(self, resolver: object) -> None:
         pass
 
     def close(self) -> None:
@@ -56,7 +56,7 @@ class Deserializer:
     def __call__(self, value: bytes | None, ctx: SerializationContext | None = None) -> Any:
         raise NotImplementedError
 
-    def set_cluster_id_resolver(self, resolver) -> None:
+    def set_cluster_id_resolver(self, resolver: object) -> None:
         pass
 
     def close(self) -> None:
@@ -66,7 +66,7 @@ class Deserializer:
 class _Packed(Serializer):
     _fmt: struct.Struct
 
-    def __call__(self, obj, ctx=None):
+    def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         if obj is None:
             return None
         try:
@@ -78,7 +78,7 @@ class _Packed(Serializer):
 class _Unpacked(Deserializer):
     _fmt: struct.Struct
 
-    def __call__(self, value, ctx=None):
+    def __call__(self, value: bytes | None, ctx: SerializationContext | None = None) -> Any:
         if value is None:
             return None
         try:
@@ -106,23 +106,24 @@ class DoubleDeserializer(_Unpacked):
 
 
 class StringSerializer(Serializer):
-    def __init__(self, codec: str = "utf_8"):
+    def __init__(self, codec: str = "utf_8") -> None:
         self.codec = codec
 
-    def __call__(self, obj, ctx=None):
+    def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
         if obj is None:
             return None
         try:
-            return obj.encode(self.codec)
+            encoded: bytes = obj.encode(self.codec)
+            return encoded
         except Exception as exc:
             raise SerializationError(str(exc)) from None
 
 
 class StringDeserializer(Deserializer):
-    def __init__(self, codec: str = "utf_8"):
+    def __init__(self, codec: str = "utf_8") -> None:
         self.codec = codec
 
-    def __call__(self, value, ctx=None):
+    def __call__(self, value: bytes | None, ctx: SerializationContext | None = None) -> Any:
         if value is None:
             return None
         try:
