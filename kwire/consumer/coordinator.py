@@ -3,9 +3,9 @@ share.  The membership protocol itself is a subclass's -- :class:`~kwire.consume
 ClassicGroupMember` (JoinGroup / SyncGroup / Heartbeat / LeaveGroup, below) or
 :class:`~kwire.consumer.member.ConsumerGroupMember` (KIP-848, ConsumerGroupHeartbeat).
 
-    coordinator.poll(now_ms)                      -> [Request]   what to send now
+    coordinator.poll(now_ms)                      -> PollResult  what to send now, and when
+                                                                 poll() next has work
     coordinator.on_response(request, resp, now)   response dict, or the exception it failed with
-    coordinator.next_deadline_ms()                when poll() has something to do next
     coordinator.drain_actions()                   -> [Action]    callbacks / results for the app
 
 Membership (:class:`MemberState`, legal transitions in ``_LEGAL``)::
@@ -32,9 +32,10 @@ Here (both protocols): the member state and its transition table, coordinator di
 (:mod:`.discovery`: losing the coordinator while STABLE keeps the generation; heartbeats
 resume once found), commits and committed-offset look-ups (:mod:`.group_offsets`),
 revocations (on_revoke, then the commit of what was consumed), liveness
-(max.poll.interval.ms, the session), leaving, and the one poll / next_deadline_ms / response
-routing into which each protocol adds its part (``_membership_poll``,
-``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``, ``_HANDLERS``).
+(max.poll.interval.ms, the session), leaving, and the one poll (a
+:class:`~.types.PollResult`) and response routing into which each protocol adds its part
+(``_membership_poll``, ``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``,
+``_HANDLERS``).
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ from .types import (
     ErrorAction,
     LosePartitions,
     OffsetAndMetadata,
+    PollResult,
     Request,
     RevokePartitions,
 )
@@ -402,21 +404,23 @@ class GroupCoordinator(ABC):
 
     # --- poll ----------------------------------------------------------------------------------
 
-    def poll(self, now_ms: int) -> list[Request]:
+    def poll(self, now_ms: int) -> PollResult:
+        """What to send now, and when to poll again: every deadline in it is one this method
+        acts on when it comes, so a past one never stays past."""
         out: list[Request] = []
         if self.state is MemberState.CLOSED:
-            return out
+            return PollResult(out, None)
         self._check_liveness(now_ms)
         out.extend(self._take_pending_leave())
         self._maybe_find_coordinator(now_ms, out)
         self._membership_poll(now_ms, out)
         self.commits.poll(now_ms, out)
         self.committed.poll(now_ms, out)
-        return out
+        return PollResult(out, self._next_due_ms())
 
-    def next_deadline_ms(self) -> int | None:
-        """When poll() next has something to do (None: only a response can change things).
-        Every deadline here is one poll() acts on, so a past one never stays past."""
+    def _next_due_ms(self) -> int | None:
+        """When poll() next has something to do, given the state it left (None: only a
+        response or the application can change things)."""
         ds = []
         if self.state is MemberState.CLOSED:
             return None

@@ -1,6 +1,7 @@
 """Fetching as a state machine that does no I/O: at most one Fetch in flight per broker.
 
-    fetcher.poll(now_ms)                     -> [Request]   Fetch requests for idle leaders
+    fetcher.poll(now_ms)                     -> PollResult  Fetch requests for idle leaders,
+                                                            and the end of the first backoff
     fetcher.on_response(request, resp, now)  -> [FetchedChunk]  raw record sets, per partition
     fetcher.decode_piece(chunk, max_bytes)   -> FetchedChunk    the next records of a raw chunk
     fetcher.release(tp, nbytes)              the application took ``nbytes`` of decoded data
@@ -59,7 +60,7 @@ from ..errors import KafkaConnectionError, KafkaTimeoutError, KwireError
 from ..protocol.schema import ZERO_UUID
 from ._codes import E, error as broker_error, is_invalid_metadata
 from .subscription import SubscriptionState
-from .types import ErrorAction, Request
+from .types import ErrorAction, PollResult, Request
 
 log = logging.getLogger("kwire.consumer.fetcher")
 
@@ -336,7 +337,10 @@ class Fetcher:
         last_epoch = pos.offset_epoch if pos.offset_epoch is not None else -1
         return (pos.offset, leader_epoch, last_epoch, self.max_partition_fetch_bytes)
 
-    def poll(self, now_ms: int) -> list[Request]:
+    def poll(self, now_ms: int) -> PollResult:
+        return PollResult(self._fetches(now_ms), self._backoff_end_ms())
+
+    def _fetches(self, now_ms: int) -> list[Request]:
         out: list[Request] = []
         for backoffs in (self._backoff_until, self._node_backoff_until):
             for key in [k for k, t in backoffs.items() if t <= now_ms]:
@@ -377,7 +381,7 @@ class Fetcher:
             out.append(self._request(node, wanted, min(self.fetch_max_bytes, max(free, 1))))
         return out
 
-    def next_deadline_ms(self) -> int | None:
+    def _backoff_end_ms(self) -> int | None:
         """The end of the earliest backoff (poll() drops expired ones, so this is ahead)."""
         ds = list(self._backoff_until.values()) + list(self._node_backoff_until.values())
         return min(ds) if ds else None

@@ -102,7 +102,7 @@ def test_the_budget_keeps_room_for_decoded_pieces_and_the_worker():
     # the request asks for what the budget leaves for raw bytes
     f.metadata = SimpleNamespace(leader_for=lambda t, p: 1, partition=lambda t, p: None,
                                  topic_id=lambda t: None, request_update=lambda: None)
-    [req] = f.poll(0)
+    [req] = f.poll(0).requests
     assert req.body(12)["max_bytes"] == (8 << 20) - (2 << 20) - (1 << 20)
 
 
