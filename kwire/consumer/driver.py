@@ -238,9 +238,9 @@ class Driver(CommandHandlers):
             st = self._subs.get(chunk.tp)
             if st is None or st.fence != chunk.fence:
                 raw.popleft()
-                self._fetcher.finish(chunk)  # seeked, paused or revoked since
+                self._fetcher.buffer.finish(chunk)  # seeked, paused or revoked since
                 return
-            piece = self._fetcher.decode_piece(chunk, self._fetcher.piece_bytes)
+            piece = self._fetcher.decoder.decode_piece(chunk, self._fetcher.buffer.piece_bytes)
             if raw[0].done:
                 raw.popleft()
             if piece is None:
@@ -255,7 +255,7 @@ class Driver(CommandHandlers):
 
     def _decode_ahead(self) -> None:
         raw = self._raw
-        ahead = self._fetcher.decode_ahead_bytes
+        ahead = self._fetcher.buffer.decode_ahead_bytes
         while raw and (self._decoded_bytes < ahead or type(raw[0]) is not FetchedChunk):
             self._decode_next()
 
@@ -268,7 +268,7 @@ class Driver(CommandHandlers):
         if self._stats is not None and not self._stats.pending:
             d = min(d, self._stats.next_ms)
         if self._ch.released or self._ch.cmds or (self._raw and self._decoded_bytes <
-                                                  self._fetcher.decode_ahead_bytes):
+                                                  self._fetcher.buffer.decode_ahead_bytes):
             return 0
         return int(max(0, min(d - now, _MAX_WAIT_MS)))
 
@@ -327,14 +327,14 @@ class Driver(CommandHandlers):
         rel = ch.released
         while rel:
             tp, n = rel.popleft()
-            self._fetcher.release(tp, n)
+            self._fetcher.buffer.release(tp, n)
             self._decoded_bytes -= n
         if ch.consumed_ver != self._seen_consumed_ver:
             self._seen_consumed_ver = ch.consumed_ver
             self._mark(ch.consumed.copy())
         coord = self._coord
-        coord.app_in_poll = ch.in_poll or ch.closing
-        if ch.last_poll_ms > coord.last_app_poll_ms:
+        coord.poll_interval.app_in_poll = ch.in_poll or ch.closing
+        if ch.last_poll_ms > coord.poll_interval.last_app_poll_ms:
             coord.on_app_poll(ch.last_poll_ms)
 
     def _close_complete(self, now: int) -> bool:
