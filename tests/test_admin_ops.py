@@ -140,6 +140,7 @@ def test_consumer_groups_and_their_offsets(admin, kafka, unique_topic):
         d = admin.describe_consumer_groups([group])[group]
         assert (d.state, d.protocol_type, d.protocol) == ("Stable", "consumer", "range")
         assert len(d.members) == 1 and sorted(d.members[0].assignment) == [(topic, 0), (topic, 1)]
+        assert d.members[0].subscribed_topics == (topic,)  # decoded from the member's metadata
         assert d.coordinator.id in admin.list_topics().brokers
         # a group with a member cannot be deleted, nor its offsets altered from outside
         assert isinstance(admin.delete_consumer_groups([group], raise_on_error=False)[group],

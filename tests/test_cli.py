@@ -334,7 +334,12 @@ def test_groups_describe_and_offsets_of_a_live_consumer(peer, unique_topic, caps
         assert code == 0, err
         assert f"state Stable  total lag {total}" in out.splitlines()[0]
         assert len(out.splitlines()) == 3 + sum(1 for n in committed.values() if n)
-        assert re.search(r"^TOPIC +PARTITION +COMMITTED +LOG_START +END +LAG", out, re.M)
+        assert re.search(r"^TOPIC +PARTITION +COMMITTED +LOG_START +END +LAG +MEMBER +CLIENT_ID", out, re.M)
+        if not isinstance(peer, TansuBroker):  # (Tansu sends no assignments: no owner to show)
+            owner = m["member_id"]
+            assert [r["member_id"] for r in o["partitions"]] == [owner, owner]
+            assert [r["client_id"] for r in o["partitions"]] == ["cli-test-member"] * 2
+            assert re.search(rf"^{unique_topic} .* {re.escape(owner)} +cli-test-member\b", out, re.M)
     finally:
         member.close()
 

@@ -392,6 +392,7 @@ def test_record_batches_in_full_for_every_magic(tmp_path, capsys):
     assert [(c["magic"], c["base_offset"], c["compression"], c["crc_ok"]) for c in contents] == [
         (0, 4, "none", True), (1, 5, "none", True), (1, 7, "gzip", True), (2, 8, "none", True),
         (2, 9, "none", False)]
+    assert [(c["first_offset"], c["last_offset"]) for c in contents] == [(4, 4), (5, 5), (6, 7), (8, 8), (9, 9)]
     assert [c["timestamp_type"] for c in contents] == [
         "NO_TIMESTAMP_TYPE", "CREATE_TIME", "CREATE_TIME", "CREATE_TIME", "CREATE_TIME"]
     assert [[(r["offset"], r["value"]) for r in c["records"]] for c in contents] == [
@@ -404,7 +405,8 @@ def test_record_batches_in_full_for_every_magic(tmp_path, capsys):
     assert code == 1  # a record set that does not decode strictly is a problem
     code, out, _ = run_cli(capsys, str(path), "--records", "full")
     assert "batch offsets 4-4, 1 record, magic 0, none, crc 0x" in out
-    assert "batch offsets 7-7, 2 records, magic 1, gzip" in out
+    # the wrapper's own offset is its last inner record's: the batch spans 6-7
+    assert "batch offsets 6-7, 2 records, magic 1, gzip, wrapper offset 7" in out
     assert "MISMATCH" in out and "CREATE_TIME base 2023-11-14T22:13:20.000000Z" in out
     assert 'key "i0"  value "inner-0"' in out
 

@@ -85,3 +85,29 @@ def test_tools_jars_of_a_version_maven_central_does_not_serve_are_a_clear_error(
     with pytest.raises(EmbeddedBrokerError, match=r"downloading Apache Kafka 0\.0\.1's tools from Maven Central failed"):
         ek.kafka_tools_jars("0.0.1")
     assert not (tmp_path / "cache" / "0.0.1" / "tools" / ".complete").exists()
+
+
+def test_run_serves_a_broker_until_terminated(tmp_path):
+    """`python -m kwire.embedded.kafka --run` prints a bootstrap address a client can use, and
+    SIGTERM stops the broker and removes its data directory."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "kwire.embedded.kafka", "--run"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        header = proc.stdout.readline()
+        bootstrap = proc.stdout.readline().strip()
+        assert header.startswith(f"Apache Kafka {ek.KAFKA_VERSION}, 1 node (data and logs in "), \
+            (header, proc.stderr.read() if proc.poll() is not None else "")
+        workdir = Path(header.split("data and logs in ", 1)[1].split(")", 1)[0])
+        assert workdir.is_dir() and bootstrap.startswith("127.0.0.1:")
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            assert list(admin.list_topics(timeout=30).brokers) == [1]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert proc.stdout.read().strip() == "stopping"
+        assert not workdir.exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

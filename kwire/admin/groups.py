@@ -8,7 +8,7 @@ from typing import Any, Literal, overload
 
 from ..consumer.types import OffsetAndMetadata
 from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError
-from ..protocol.api import decode_assignment
+from ..protocol.api import decode_assignment, decode_subscription
 from ._base import _COORDINATOR_RETRY, AdminBase, _err, _ms, _results
 from .types import BrokerNode, GroupDescription, GroupListing, GroupListings, GroupMember
 
@@ -258,6 +258,7 @@ def _classic_description(d: Mapping[str, Any], coord: BrokerNode) -> GroupDescri
     members = []
     for m in d["members"]:
         assignment: tuple[tuple[str, int], ...] = ()
+        subscribed: tuple[str, ...] = ()
         if d["protocol_type"] == "consumer" and m["member_assignment"]:
             try:
                 _, a = decode_assignment(m["member_assignment"])
@@ -265,8 +266,15 @@ def _classic_description(d: Mapping[str, Any], coord: BrokerNode) -> GroupDescri
                                    for p in t["partitions"])
             except KwireError:  # an assignment another client encoded its own way
                 assignment = ()
+        if d["protocol_type"] == "consumer" and m["member_metadata"]:
+            try:  # the ConsumerProtocolSubscription of the protocol the group chose
+                _, sub = decode_subscription(m["member_metadata"])
+                subscribed = tuple(sorted(sub.get("topics") or ()))
+            except KwireError:
+                subscribed = ()
         members.append(GroupMember(
             m["member_id"], m.get("group_instance_id"), m["client_id"], m["client_host"], assignment,
+            subscribed_topics=subscribed,
             metadata=bytes(m["member_metadata"]) if m.get("member_metadata") is not None else None,
             assignment_data=bytes(m["member_assignment"]) if m.get("member_assignment") is not None else None))
     return GroupDescription(d["group_id"], d["group_state"], d["protocol_type"], d["protocol_data"],

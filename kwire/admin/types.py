@@ -53,7 +53,8 @@ class GroupMember:
     """A member of a group.  Classic groups (DescribeGroups): ``metadata`` and
     ``assignment_data`` are the bytes the member and the leader sent (a consumer's
     ConsumerProtocolSubscription / ConsumerProtocolAssignment), ``assignment`` the decoded
-    partitions.  KIP-848 groups (ConsumerGroupDescribe): ``member_epoch``, the subscription the
+    partitions and ``subscribed_topics`` the decoded subscription (both () when the bytes are
+    not a consumer's).  KIP-848 groups (ConsumerGroupDescribe): ``member_epoch``, the subscription the
     member sent (``subscribed_topics`` / ``subscribed_regex``), its current ``assignment`` and
     the coordinator's ``target_assignment``; ``member_type`` "consumer", or "classic" for a
     classic-protocol member inside a KIP-848 group."""

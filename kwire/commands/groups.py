@@ -379,9 +379,10 @@ def run_offsets(args) -> int:
         out.line("(no committed offsets: --topic TOPIC shows a topic's partitions all the same)")
         return 0
     out.line()
-    out.table(["topic", "partition", "committed", "log start", "end", "lag", "member", "error"],
+    # (as Kafka's kafka-consumer-groups: the member id and the client id, which members may share)
+    out.table(["topic", "partition", "committed", "log start", "end", "lag", "member", "client id", "error"],
               [[r["topic"], r["partition"], r["committed"], r["log_start"], r["end"], r["lag"],
-                r["client_id"] or r["member_id"], r["error"]] for r in rows],
+                r["member_id"], r["client_id"], r["error"]] for r in rows],
               right=("partition", "committed", "log start", "end", "lag"))
     return 0
 

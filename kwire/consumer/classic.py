@@ -30,8 +30,8 @@ from .coordinator import (
     GroupCoordinator,
     MemberState,
     _Ctx,
-    _Revocation,
 )
+from .revocation import Revocation
 from .types import COORDINATOR, AssignPartitions, ErrorAction, Request
 
 log = logging.getLogger("kwire.consumer.coordinator")
@@ -56,7 +56,24 @@ class ClassicGroupMember(GroupCoordinator):
     _HANDLERS = {**GroupCoordinator._HANDLERS, "join": "_on_join", "sync": "_on_sync",
                  "heartbeat": "_on_heartbeat"}
 
-    def _after_revocation(self, r: _Revocation, now_ms: int) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self._join_next_ms = 0
+        self._joined_topics: tuple[str, ...] = ()
+        self._group_members: list[Any] = []
+        self._assignment: dict[str, bytes] | None = None
+        self._await_metadata_after: int | None = None  # (metadata epoch)
+        self._snapshot: dict[str, int] = {}  # topic -> partitions when the member joined
+
+    def _current_snapshot(self) -> dict[str, int]:
+        topics = set(self._member_topics())
+        if self.is_leader:
+            topics |= set(self.subs.group_topics)
+        return {t: self._partitions_per_topic.get(t, 0) for t in topics}
+
+    def _after_revocation(self, r: Revocation, now_ms: int) -> None:
         if r.then == "join":  # eager: everything revoked, now JoinGroup
             if self.state is MemberState.PREPARING:
                 self._go_join(now_ms)
@@ -82,7 +99,7 @@ class ClassicGroupMember(GroupCoordinator):
             if self.coordinator_id is not None:
                 self._to(MemberState.JOINING, "coordinator found")
         elif state is MemberState.STABLE:
-            if self._rejoin_needed and self._revocation is None and self._want_membership():
+            if self._rejoin_needed and self.revocations.current is None and self._want_membership():
                 self._begin_rebalance(now_ms)
 
         self._progress_revocation(now_ms)

@@ -67,7 +67,7 @@ from .channel import (
     Unsubscribe,
 )
 from .driver import Driver
-from .fetcher import DECODE_AHEAD_BYTES, FetchedChunk
+from .fetch_buffer import DECODE_AHEAD_BYTES, FetchedChunk
 from .offset_calls import OffsetCalls, _tps
 from .types import (
     GroupMetadata,
@@ -123,7 +123,7 @@ class Consumer(OffsetCalls):
         self._unsignalled = 0                # bytes released since the driver was last woken
         # (half the buffer at most: with a small queued.max.messages.kbytes the driver must hear
         # of the room while the application still has records to work on)
-        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, drv._fetcher.decode_ahead_bytes // 2))
+        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, drv._fetcher.buffer.decode_ahead_bytes // 2))
 
         # application-thread state
         self._in_app = threading.Lock()      # held by the thread inside poll()/consume()

@@ -3,9 +3,9 @@ share.  The membership protocol itself is a subclass's -- :class:`~kwire.consume
 ClassicGroupMember` (JoinGroup / SyncGroup / Heartbeat / LeaveGroup, below) or
 :class:`~kwire.consumer.member.ConsumerGroupMember` (KIP-848, ConsumerGroupHeartbeat).
 
-    coordinator.poll(now_ms)                      -> [Request]   what to send now
+    coordinator.poll(now_ms)                      -> PollResult  what to send now, and when
+                                                                 poll() next has work
     coordinator.on_response(request, resp, now)   response dict, or the exception it failed with
-    coordinator.next_deadline_ms()                when poll() has something to do next
     coordinator.drain_actions()                   -> [Action]    callbacks / results for the app
 
 Membership (:class:`MemberState`, legal transitions in ``_LEGAL``)::
@@ -32,9 +32,10 @@ Here (both protocols): the member state and its transition table, coordinator di
 (:mod:`.discovery`: losing the coordinator while STABLE keeps the generation; heartbeats
 resume once found), commits and committed-offset look-ups (:mod:`.group_offsets`),
 revocations (on_revoke, then the commit of what was consumed), liveness
-(max.poll.interval.ms, the session), leaving, and the one poll / next_deadline_ms / response
-routing into which each protocol adds its part (``_membership_poll``,
-``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``, ``_HANDLERS``).
+(max.poll.interval.ms, the session), leaving, and the one poll (a
+:class:`~.types.PollResult`) and response routing into which each protocol adds its part
+(``_membership_poll``, ``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``,
+``_HANDLERS``).
 """
 from __future__ import annotations
 
@@ -56,14 +57,16 @@ from .assignors import (
 )
 from .discovery import CoordinatorDiscovery
 from .group_offsets import Commits, CommittedOffsets
+from .liveness import PollInterval
 from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
+from .revocation import Revocation, Revocations
 from .subscription import FetchState, SubscriptionState
 from .types import (
     ErrorAction,
     LosePartitions,
     OffsetAndMetadata,
+    PollResult,
     Request,
-    RevokePartitions,
 )
 
 log = logging.getLogger("kwire.consumer.coordinator")
@@ -98,16 +101,6 @@ class IllegalMemberTransition(KwireError):
 
 
 @dataclass
-class _Revocation:
-    tps: list
-    ack_id: int
-    then: str  # "join": eager rebalance; "rejoin": cooperative; "leave": close/unsubscribe
-    acked: bool = False
-    commit_seq: int | None = None
-    committed: bool = False
-
-
-@dataclass
 class _Ctx:
     """What a request was sent under, to recognise stale responses."""
     kind: str
@@ -139,7 +132,6 @@ class GroupCoordinator(ABC):
         self.protocol = rebalance_protocol(self.assignors)
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.max_poll_interval_ms = rebalance_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
@@ -150,37 +142,24 @@ class GroupCoordinator(ABC):
         self.state = MemberState.UNJOINED
         self.member_id = ""
         self.generation = NO_GENERATION
-        self.protocol_name: str | None = None
-        self.leader_id: str | None = None
         self.is_leader = False
         self.failed: BaseException | None = None
 
         # coordinator discovery: a machine of its own (discovery.py)
         self.discovery = CoordinatorDiscovery(group_id, retry_backoff_ms=retry_backoff_ms)
 
-        # join / sync
-        self._join_inflight = False
-        self._join_next_ms = 0
+        # joining (the classic protocol keeps the rest of its join/sync state)
+        self._join_inflight = self._sync_inflight = False
         self._join_reason = "initial join"
         self._rejoin_needed = False
-        self._joined_topics: tuple[str, ...] = ()
-        self._sync_inflight = False
-        self._group_members: list = []
-        self._assignment: dict[str, bytes] | None = None
-        self._await_metadata_after: int | None = None
-        self._snapshot: dict[str, int] = {}
 
         # heartbeats and liveness
         self._hb_inflight = False
         self._hb_next_ms = 0
         self._last_hb_ok_ms = now_ms
-        self.last_app_poll_ms = now_ms
-        self.app_in_poll = False
-        self._await_app_poll = False
+        self.poll_interval = PollInterval(rebalance_timeout_ms, now_ms)  # (max.poll.interval.ms)
 
-        # revocation, leave
-        self._revocation: _Revocation | None = None
-        self._ack_seq = 0
+        # leave
         self._closing = False
         self._unsubscribing = False
         self._leave_then_close = False
@@ -190,6 +169,8 @@ class GroupCoordinator(ABC):
         # commits and committed offsets: machines of their own (group_offsets.py)
         self.commits = Commits(self, auto_commit_interval_ms=auto_commit_interval_ms, now_ms=now_ms)
         self.committed = CommittedOffsets(self)
+        # giving partitions up (on_revoke, commit, remove): a machine of its own (revocation.py)
+        self.revocations = Revocations(subscriptions, self.commits, auto_commit=self.auto_commit)
 
         # metadata
         self._partitions_per_topic: dict[str, int] = {}
@@ -245,9 +226,7 @@ class GroupCoordinator(ABC):
         self._check_subscription_against_metadata()
 
     def on_app_poll(self, now_ms: int) -> None:
-        self.last_app_poll_ms = now_ms
-        if self._await_app_poll:
-            self._await_app_poll = False
+        if self.poll_interval.on_app_poll(now_ms):
             self._join_reason = "rejoin after max.poll.interval.ms expired"
 
     def on_subscription_changed(self) -> None:
@@ -265,9 +244,7 @@ class GroupCoordinator(ABC):
 
     def ack_revoke(self, ack_id: int, now_ms: int = 0) -> None:
         """The application ran on_revoke for the revocation with this id."""
-        r = self._revocation
-        if r is not None and r.ack_id == ack_id:
-            r.acked = True
+        self.revocations.ack(ack_id)
 
     def commit(self, offsets: dict[TP, OffsetAndMetadata], now_ms: int, *, token: Any = None,
                user: bool = True, timeout_ms: int | None = None) -> int:
@@ -300,7 +277,7 @@ class GroupCoordinator(ABC):
         self._leave_then_close = self._leave_then_close or close
         self._rejoin_needed = False
         owned = self.subs.assigned() if self.subs.is_auto else []
-        if self._revocation is not None and self._revocation.then == "leave":
+        if self.revocations.current is not None and self.revocations.current.then == "leave":
             return
         if self.subs.is_auto and self.generation != NO_GENERATION and owned:
             self._start_revocation(owned, "leave", ask=revoke)
@@ -321,15 +298,9 @@ class GroupCoordinator(ABC):
     def _member_topics(self) -> tuple[str, ...]:
         return tuple(self.subs.resolve(self._partitions_per_topic))
 
-    def _current_snapshot(self) -> dict[str, int]:
-        topics = set(self._member_topics())
-        if self.is_leader:
-            topics |= set(self.subs.group_topics)
-        return {t: self._partitions_per_topic.get(t, 0) for t in topics}
-
     def _want_membership(self) -> bool:
         return (self.group_id is not None and self.subs.is_auto and not self._closing
-                and not self._unsubscribing and self.failed is None and not self._await_app_poll)
+                and not self._unsubscribing and self.failed is None and not self.poll_interval.left)
 
     def _generation_valid(self) -> bool:
         return self.generation != NO_GENERATION
@@ -372,7 +343,7 @@ class GroupCoordinator(ABC):
         if tps:
             self._actions.append(LosePartitions(sorted(tps), self.protocol == COOPERATIVE))
             self.subs.remove_assignment(tps)
-        self._revocation = None
+        self.revocations.drop()
 
     def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
         owned = self.subs.assigned() if self.subs.is_auto else []
@@ -402,21 +373,23 @@ class GroupCoordinator(ABC):
 
     # --- poll ----------------------------------------------------------------------------------
 
-    def poll(self, now_ms: int) -> list[Request]:
+    def poll(self, now_ms: int) -> PollResult:
+        """What to send now, and when to poll again: every deadline in it is one this method
+        acts on when it comes, so a past one never stays past."""
         out: list[Request] = []
         if self.state is MemberState.CLOSED:
-            return out
+            return PollResult(out, None)
         self._check_liveness(now_ms)
         out.extend(self._take_pending_leave())
         self._maybe_find_coordinator(now_ms, out)
         self._membership_poll(now_ms, out)
         self.commits.poll(now_ms, out)
         self.committed.poll(now_ms, out)
-        return out
+        return PollResult(out, self._next_due_ms())
 
-    def next_deadline_ms(self) -> int | None:
-        """When poll() next has something to do (None: only a response can change things).
-        Every deadline here is one poll() acts on, so a past one never stays past."""
+    def _next_due_ms(self) -> int | None:
+        """When poll() next has something to do, given the state it left (None: only a
+        response or the application can change things)."""
         ds = []
         if self.state is MemberState.CLOSED:
             return None
@@ -425,13 +398,13 @@ class GroupCoordinator(ABC):
         if d is not None:
             ds.append(d)
         self._membership_deadlines(known, ds)
-        if self._generation_valid() and not self.app_in_poll and \
+        d = self.poll_interval.deadline_ms()
+        if d is not None and self._generation_valid() and \
                 self.state not in (MemberState.LEAVING, MemberState.CLOSED):
-            ds.append(self.last_app_poll_ms + self.max_poll_interval_ms + 1)
+            ds.append(d)
         self.commits.deadlines(known, ds)
         self.committed.deadlines(known, ds)
-        r = self._revocation
-        if r is not None and r.acked and (r.commit_seq is None or not self.commits.in_flight(r.commit_seq)):
+        if self.revocations.due():
             ds.append(0)
         if self.state is MemberState.LEAVING and not self._leave_inflight and \
                 self.commits.all_done() and (known or not self.member_id):
@@ -443,21 +416,19 @@ class GroupCoordinator(ABC):
     def _check_liveness(self, now_ms: int) -> None:
         if not self._generation_valid() or self.state in (MemberState.LEAVING, MemberState.CLOSED):
             return
-        if self.app_in_poll:
-            self.last_app_poll_ms = now_ms
-        elif now_ms - self.last_app_poll_ms > self.max_poll_interval_ms:
+        since_ms = self.poll_interval.overdue_ms(now_ms)
+        if since_ms is not None:
+            limit_ms = self.poll_interval.max_poll_interval_ms
             log.warning("group %s: no poll() for %d ms (max.poll.interval.ms=%d): leaving the "
-                        "group", self.group_id, now_ms - self.last_app_poll_ms,
-                        self.max_poll_interval_ms)
+                        "group", self.group_id, since_ms, limit_ms)
             gen_member = (self.member_id, self.group_instance_id)
-            self._await_app_poll = True
+            self.poll_interval.left = True
             self._reset_membership("max.poll.interval.ms expired",
                                    reset_member_id=self.group_instance_id is None)
             self._pending_leave_member = gen_member
             self._actions.append(ErrorAction(MaxPollIntervalExceededError(
-                f"no poll() for {now_ms - self.last_app_poll_ms} ms (max.poll.interval.ms="
-                f"{self.max_poll_interval_ms}): left the group, partitions lost; polling again "
-                "rejoins")))
+                f"no poll() for {since_ms} ms (max.poll.interval.ms={limit_ms}): left the group, "
+                "partitions lost; polling again rejoins")))
             return
         if self.state in (MemberState.STABLE, MemberState.PREPARING) and \
                 now_ms - self._last_hb_ok_ms > self.session_timeout_ms and self.coordinator_id is not None:
@@ -495,40 +466,18 @@ class GroupCoordinator(ABC):
     # --- revocation ----------------------------------------------------------------------------
 
     def _start_revocation(self, tps: list, then: str, *, ask: bool, remove: bool = True) -> None:
-        self._ack_seq += 1
-        r = _Revocation(sorted(tps), self._ack_seq, then, acked=not ask)
-        r.remove = remove  # type: ignore[attr-defined]
-        self._revocation = r
-        if remove:
-            self.subs.mark_pending_revocation(tps)
-        if ask:
-            self._actions.append(RevokePartitions(r.tps, self.protocol == COOPERATIVE, r.ack_id))
+        ask_app = self.revocations.start(tps, then, ask=ask, remove=remove,
+                                         incremental=self.protocol == COOPERATIVE)
+        if ask_app is not None:
+            self._actions.append(ask_app)
 
     def _progress_revocation(self, now_ms: int) -> None:
-        r = self._revocation
-        if r is None or not r.acked:
-            return
-        if not r.committed:
-            if r.commit_seq is None:
-                offsets = self.subs.uncommitted(r.tps) if self.auto_commit else {}
-                if offsets:
-                    r.commit_seq = self.commit(offsets, now_ms, user=False,
-                                               timeout_ms=min(self.request_timeout_ms,
-                                                              self.rebalance_timeout_ms))
-                    if self.commits.in_flight(r.commit_seq):
-                        return
-                r.committed = True
-            elif self.commits.in_flight(r.commit_seq):
-                return  # commit in flight
-            else:
-                r.committed = True
-        # revoked and committed
-        self._revocation = None
-        if getattr(r, "remove", True):
-            self.subs.remove_assignment(r.tps)
-        self._after_revocation(r, now_ms)
+        done = self.revocations.progress(now_ms, lambda offsets, now: self.commit(
+            offsets, now, user=False, timeout_ms=min(self.request_timeout_ms, self.rebalance_timeout_ms)))
+        if done is not None:
+            self._after_revocation(done, now_ms)
 
-    def _after_revocation(self, r: _Revocation, now_ms: int) -> None:
+    def _after_revocation(self, r: Revocation, now_ms: int) -> None:
         """What a finished revocation (on_revoke ran, offsets committed) leads to (the classic
         protocol's eager "join" is its own)."""
         if r.then == "rejoin":

@@ -2,8 +2,8 @@
 
 :class:`Driver` owns the NetworkClient, the SubscriptionState and every state machine
 (ClassicGroupMember or ConsumerGroupMember, PositionManager, Fetcher).  Its loop is :meth:`Driver.run`:
-:meth:`Driver.step` applies the application's commands, lets each machine ``poll(now_ms)`` for
-requests, sends them, decodes fetched records and hands events over; then the driver waits in
+:meth:`Driver.step` applies the application's commands, lets each machine ``poll(now_ms)`` (one
+:class:`~.types.PollResult`: requests and the next deadline), sends them, decodes fetched records and hands events over; then the driver waits in
 ``NetworkClient.poll`` until the deadline ``step`` returned or a response, and gives the
 responses back to their machines (:meth:`Driver.on_done`).
 
@@ -101,6 +101,8 @@ class Driver(CommandHandlers):
             max_decompressed_bytes=cfg.fetch_max_decompressed_bytes)
         # every machine, in the order the driver polls them
         self._machines: tuple[StateMachine, ...] = (self._coord, self._positions, self._fetcher)
+        self._due_ms: list[int | None] = []  # each machine's next deadline, from its last poll
+        self._repoll = False  # a machine changed after its last poll: poll before waiting
         self._raw: deque[Any] = deque()           # fetched chunks not decoded yet
         self._decoded_bytes = 0              # decoded and queued, not yet released by the app
         self._inflight: dict[Any, Any] = {}            # NetworkClient future -> Request (or a callback)
@@ -236,9 +238,9 @@ class Driver(CommandHandlers):
             st = self._subs.get(chunk.tp)
             if st is None or st.fence != chunk.fence:
                 raw.popleft()
-                self._fetcher.finish(chunk)  # seeked, paused or revoked since
+                self._fetcher.buffer.finish(chunk)  # seeked, paused or revoked since
                 return
-            piece = self._fetcher.decode_piece(chunk, self._fetcher.piece_bytes)
+            piece = self._fetcher.decoder.decode_piece(chunk, self._fetcher.buffer.piece_bytes)
             if raw[0].done:
                 raw.popleft()
             if piece is None:
@@ -253,19 +255,20 @@ class Driver(CommandHandlers):
 
     def _decode_ahead(self) -> None:
         raw = self._raw
-        ahead = self._fetcher.decode_ahead_bytes
+        ahead = self._fetcher.buffer.decode_ahead_bytes
         while raw and (self._decoded_bytes < ahead or type(raw[0]) is not FetchedChunk):
             self._decode_next()
 
     def _wait_ms(self, now: int) -> int:
-        ds = [m.next_deadline_ms() for m in self._machines]
-        d = min((x for x in ds if x is not None), default=now + _MAX_WAIT_MS)
+        if self._repoll:  # a machine changed after its poll (a send failed at once): poll again
+            return 0
+        d = min((x for x in self._due_ms if x is not None), default=now + _MAX_WAIT_MS)
         if self._close_deadline_ms is not None:
             d = min(d, self._close_deadline_ms)
         if self._stats is not None and not self._stats.pending:
             d = min(d, self._stats.next_ms)
         if self._ch.released or self._ch.cmds or (self._raw and self._decoded_bytes <
-                                                  self._fetcher.decode_ahead_bytes):
+                                                  self._fetcher.buffer.decode_ahead_bytes):
             return 0
         return int(max(0, min(d - now, _MAX_WAIT_MS)))
 
@@ -324,14 +327,14 @@ class Driver(CommandHandlers):
         rel = ch.released
         while rel:
             tp, n = rel.popleft()
-            self._fetcher.release(tp, n)
+            self._fetcher.buffer.release(tp, n)
             self._decoded_bytes -= n
         if ch.consumed_ver != self._seen_consumed_ver:
             self._seen_consumed_ver = ch.consumed_ver
             self._mark(ch.consumed.copy())
         coord = self._coord
-        coord.app_in_poll = ch.in_poll or ch.closing
-        if ch.last_poll_ms > coord.last_app_poll_ms:
+        coord.poll_interval.app_in_poll = ch.in_poll or ch.closing
+        if ch.last_poll_ms > coord.poll_interval.last_app_poll_ms:
             coord.on_app_poll(ch.last_poll_ms)
 
     def _close_complete(self, now: int) -> bool:
@@ -375,9 +378,12 @@ class Driver(CommandHandlers):
     def _send_all(self, now: int) -> None:
         if self._group_id is None:
             self._positions.reset_initializing()  # (no committed offsets to wait for)
-        reqs = [req for m in self._machines for req in m.poll(now)]
-        for req in reqs:
-            self._send(req)
+        results = [m.poll(now) for m in self._machines]
+        self._due_ms = [r.next_deadline_ms for r in results]
+        self._repoll = False
+        for r in results:
+            for req in r.requests:
+                self._send(req)
 
     def _send(self, req: Request) -> None:
         node: int | None
@@ -387,6 +393,7 @@ class Driver(CommandHandlers):
             if node is None:
                 req.owner.on_response(req, KafkaConnectionError("the group coordinator is unknown"),
                                       self._clock())
+                self._repoll = True
                 return
             # COORDINATOR (membership calls) always gets the coordinator's own connection: a
             # JoinGroup held for the rebalance does not stop the fetches.  Commits and offset

@@ -49,8 +49,8 @@ from .coordinator import (
     GroupCoordinator,
     MemberState,
     _Ctx,
-    _Revocation,
 )
+from .revocation import Revocation
 from .subscription import SubscriptionState
 from .types import COORDINATOR, AssignPartitions, ErrorAction, Request
 
@@ -203,7 +203,7 @@ class ConsumerGroupMember(GroupCoordinator):
             return self._hb_next_ms
         if self._sent_subscription != self._subscription():
             return 0  # the application subscribed to something else
-        if self._revocation is None and self._sent_owned != self._owned():
+        if self.revocations.current is None and self._sent_owned != self._owned():
             return 0  # a reconciliation finished: acknowledge it
         return self._hb_next_ms
 
@@ -215,7 +215,7 @@ class ConsumerGroupMember(GroupCoordinator):
         subscription = self._subscription()
         owned = self._owned()
         send_subscription = full or subscription != self._sent_subscription
-        send_owned = full or (self._revocation is None and owned != self._sent_owned)
+        send_owned = full or (self.revocations.current is None and owned != self._sent_owned)
         names, regex = subscription
         if send_subscription and regex is None and (full or (
                 self._sent_subscription is not None and self._sent_subscription[1] is not None)):
@@ -347,7 +347,7 @@ class ConsumerGroupMember(GroupCoordinator):
     # --- reconciliation ------------------------------------------------------------------------
 
     def _reconcile_ready(self) -> bool:
-        return (self._target is not None and self._revocation is None
+        return (self._target is not None and self.revocations.current is None
                 and self.state is MemberState.STABLE
                 and self._target_waits_for != self._metadata_epoch)
 
@@ -381,7 +381,7 @@ class ConsumerGroupMember(GroupCoordinator):
         else:
             self._target = None
 
-    def _after_revocation(self, r: _Revocation, now_ms: int) -> None:
+    def _after_revocation(self, r: Revocation, now_ms: int) -> None:
         if r.then == "reconcile":
             return  # _maybe_reconcile goes on with the partitions arriving
         super()._after_revocation(r, now_ms)

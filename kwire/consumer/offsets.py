@@ -23,7 +23,7 @@ from ..errors import KafkaTimeoutError, UnsupportedVersionError
 from ._codes import E, is_invalid_metadata, is_retriable
 from ._codes import error as broker_error
 from .subscription import FetchState, ResetStrategy, SubscriptionState
-from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, Request
+from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, PollResult, Request
 
 log = logging.getLogger("kwire.consumer.offsets")
 
@@ -134,14 +134,15 @@ class PositionManager:
 
     # --- poll --------------------------------------------------------------------------------------
 
-    def poll(self, now_ms: int) -> list[Request]:
+    def poll(self, now_ms: int) -> PollResult:
         out: list[Request] = []
         self._resets(now_ms, out)
         self._validations(now_ms, out)
         self._send_queries(now_ms, out)
-        return out
+        return PollResult(out, self._next_retry_ms())
 
-    def next_deadline_ms(self) -> int | None:
+    def _next_retry_ms(self) -> int | None:
+        """The first retry or query deadline ahead (None: only a response changes things)."""
         ds = []
         for _tp, st in self.subs.items():
             if st.state in (FetchState.AWAIT_RESET, FetchState.AWAIT_VALIDATION) \

@@ -140,16 +140,22 @@ class Request:
         return f"Request({self.api} -> {self.node!r}, v={self.version})"
 
 
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """One poll's answer (Kafka's Java request managers return the same pair): what to send
+    now, and when to poll again if no response comes first (None: only a response or a call
+    from the application can change things; a time at or before now: at once)."""
+    requests: list[Request]
+    next_deadline_ms: int | None
+
+
 class StateMachine(Protocol):
-    """What the consumer's driver runs (GroupCoordinator / ConsumerGroupMember,
-    PositionManager, Fetcher): a machine that does no I/O.  ``poll`` says what to send now;
-    ``next_deadline_ms`` when ``poll`` next has something to do without a response (None:
-    only a response can change things); ``on_response`` takes a response (or the exception
+    """What the consumer's driver runs (ClassicGroupMember / ConsumerGroupMember,
+    PositionManager, Fetcher): a machine that does no I/O.  ``poll`` acts on the time and
+    answers with one :class:`PollResult`; ``on_response`` takes a response (or the exception
     its request failed with); ``drain_actions`` hands over what the application must hear."""
 
-    def poll(self, now_ms: int) -> list[Request]: ...
-
-    def next_deadline_ms(self) -> int | None: ...
+    def poll(self, now_ms: int) -> PollResult: ...
 
     def on_response(self, request: Request, response: Any, now_ms: int) -> Any: ...
 

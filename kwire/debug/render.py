@@ -195,6 +195,11 @@ def _full_batches(raw: bytes, entries: list[dict], iter_batches) -> list[dict]:
                     rec["control"] = _control(r.key)
                 records.append(rec)
         b["records"] = records
+        # A compressed magic 0/1 wrapper's offset is its last inner record's: the records it
+        # holds are what its offsets span (magic 2 says so in its header).
+        b["first_offset"] = records[0]["offset"] if records and b["magic"] < 2 else b["base_offset"]
+        if records and b["magic"] < 2:
+            b["last_offset"] = records[-1]["offset"]
         out.append(b)
     return out
 
@@ -518,8 +523,10 @@ def _records_lines(rs: RecordSet, pad: str) -> list[str]:
             flags.append("transactional")
         if b.get("is_control"):
             flags.append("control")
-        line = (f"{pad}batch offsets {b['base_offset']}-{b['last_offset']}, "
+        line = (f"{pad}batch offsets {b.get('first_offset', b['base_offset'])}-{b['last_offset']}, "
                 f"{_plural(len(b['records']), 'record')}, {', '.join(flags)}")
+        if b["magic"] < 2 and b.get("first_offset", b["base_offset"]) != b["base_offset"]:
+            line += f", wrapper offset {b['base_offset']}"
         if b["magic"] == 2:
             line += (f", producer {b['producer_id']} epoch {b['producer_epoch']} seq {b['base_sequence']}"
                      f", leader epoch {b['partition_leader_epoch']}")

@@ -33,7 +33,9 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -518,19 +520,51 @@ class KafkaCluster:
             pass
 
 
-if __name__ == "__main__":  # python -m kwire.embedded.kafka [VERSION ...]: fetch the jars ahead of a run
+def _main(argv: list[str] | None = None) -> int:
+    """python -m kwire.embedded.kafka: fetch the jars ahead of a run, or (--run) start a
+    broker on loopback and keep it until Ctrl-C."""
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m kwire.embedded.kafka",
         description="Fetch Apache Kafka's broker jars (and Java's client tools) from Maven Central "
-                    f"into {cache_root()}, ahead of a test run.")
+                    f"into {cache_root()}, ahead of a test run; with --run, start Apache Kafka on "
+                    "loopback (combined KRaft nodes on free ports) and keep it running until Ctrl-C.",
+        epilog="Examples: `python -m kwire.embedded.kafka --run` (one node, prints its bootstrap "
+               "address); `python -m kwire.embedded.kafka --run --nodes 3 3.9.1`.  From Python: "
+               "`with kwire.embedded.kafka.KafkaCluster(1) as kafka: kafka.bootstrap`.  The demo on "
+               "Kafka: `kwire demo --broker kafka`.")
     parser.add_argument("versions", nargs="*", metavar="VERSION",
-                        help=f"Kafka versions (default: {KAFKA_VERSION} and {KAFKA_3_VERSION})")
-    args = parser.parse_args()
+                        help=f"Kafka versions (default: {KAFKA_VERSION} and {KAFKA_3_VERSION}; "
+                             f"with --run, the first one given or {KAFKA_VERSION})")
+    parser.add_argument("--run", action="store_true", help="start a broker and keep it until Ctrl-C")
+    parser.add_argument("--nodes", type=int, default=1, metavar="N",
+                        help="with --run: N combined KRaft nodes, replication factor min(3, N) (default 1)")
+    args = parser.parse_args(argv)
+    if args.run:
+        if args.nodes < 1:
+            parser.error("--nodes must be at least 1")
+        version = args.versions[0] if args.versions else KAFKA_VERSION
+        with KafkaCluster(args.nodes, version=version) as kafka:
+            print(f"Apache Kafka {version}, {args.nodes} node{'s' if args.nodes > 1 else ''} "
+                  f"(data and logs in {kafka.workdir}); bootstrap servers:", flush=True)
+            print(kafka.bootstrap, flush=True)
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            try:
+                stop.wait()
+            except KeyboardInterrupt:
+                pass
+            print("stopping", flush=True)
+        return 0
     for v in args.versions or [KAFKA_VERSION, KAFKA_3_VERSION]:
         t0 = time.monotonic()
         print(f"Apache Kafka {v}: {kafka_jars(v)} ({time.monotonic() - t0:.1f} s)")
     for v in args.versions or [KAFKA_VERSION]:  # Java's clients, for tests/test_java_captures.py
         t0 = time.monotonic()
         print(f"Apache Kafka {v} tools: {kafka_tools_jars(v)} ({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

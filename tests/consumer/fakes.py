@@ -725,7 +725,7 @@ class Driver:
                 if m is machine and cb is not None and result:
                     cb(result)
         for machine, _ in self.machines:
-            for req in machine.poll(now):
+            for req in machine.poll(now).requests:
                 req.owner_machine = machine
                 node = self._node(machine, req)
                 self.sent.append((now, node, req.api))

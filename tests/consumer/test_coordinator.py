@@ -584,5 +584,5 @@ def test_next_deadline_tracks_heartbeat(cluster, driver):
     a = GroupMember(cluster, driver, heartbeat_interval_ms=500)
     driver.run_until(stable(a))
     driver.run(50)
-    d = a.coord.next_deadline_ms()
+    d = a.coord.poll(driver.clock.now_ms).next_deadline_ms
     assert d is not None and driver.clock.now_ms <= d <= driver.clock.now_ms + 500

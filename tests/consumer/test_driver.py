@@ -155,7 +155,7 @@ def test_decoded_records_wait_for_the_application_within_the_decode_ahead_room(c
     for _ in range(40):
         cluster.append(("t", 0), [b"x" * 1000] * 50)
     h = Harness(cluster, **{"queued.max.messages.kbytes": 1024})  # decode-ahead 256 KiB
-    ahead = h.drv._fetcher.decode_ahead_bytes
+    ahead = h.drv._fetcher.buffer.decode_ahead_bytes
     h.call(Subscribe, ["t"])
     h.run_until(lambda: any(type(i) is FetchedChunk for i in h.ch.q), chunks=False)
     # the application takes nothing: the driver stops decoding once the room is used
@@ -163,7 +163,7 @@ def test_decoded_records_wait_for_the_application_within_the_decode_ahead_room(c
         h.turn()
     queued = [i for i in h.ch.q if type(i) is FetchedChunk]
     decoded = sum(c.nbytes for c in queued)
-    assert queued and decoded <= ahead + h.drv._fetcher.piece_bytes + 64 * 1024
+    assert queued and decoded <= ahead + h.drv._fetcher.buffer.piece_bytes + 64 * 1024
     assert h.drv._raw, "fetched data stays raw until there is room"
     # once the application takes and releases, the rest arrives, in order
     h.run_until(lambda: len(h.records.get(("t", 0), ())) == 2000)

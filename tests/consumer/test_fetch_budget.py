@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from kwire import records
-from kwire.consumer.fetcher import RECORD_OVERHEAD_BYTES, Fetcher
+from kwire.consumer.fetch_buffer import RECORD_OVERHEAD_BYTES
+from kwire.consumer.fetcher import Fetcher
 from kwire.consumer.subscription import SubscriptionState
 from kwire.errors import CorruptRecordError, DecompressionLimitError
 
@@ -51,11 +52,11 @@ def _answer(fetcher, parts):
 def _drain(fetcher, chunk, max_bytes, release=True):
     pieces = []
     while not chunk.done:
-        piece = fetcher.decode_piece(chunk, max_bytes)
+        piece = fetcher.decoder.decode_piece(chunk, max_bytes)
         if piece is not None:
             pieces.append(piece)
             if release:
-                fetcher.release(piece.tp, piece.nbytes)
+                fetcher.buffer.release(piece.tp, piece.nbytes)
     return pieces
 
 
@@ -66,7 +67,7 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
     f, subs = _fetcher([tp])
     [chunk] = _answer(f, {tp: data})
     assert subs.position(tp).offset == 40 * PER_BATCH      # from the headers, nothing decoded
-    assert f.buffered_total == len(data) and f.decoded_total == 0
+    assert f.buffer.buffered_total == len(data) and f.buffer.decoded_total == 0
     limit = 64 << 10
     batch_cost = max(sections) + PER_BATCH * RECORD_OVERHEAD_BYTES
     pieces = _drain(f, chunk, limit, release=False)
@@ -86,23 +87,23 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
     assert total == sum(sections) + 40 * PER_BATCH * RECORD_OVERHEAD_BYTES
     assert total > 20 * len(data)
     # the raw bytes left the budget with the last piece; the decoded ones are the application's
-    assert f.decoded_total == total and f.buffered_total == total
+    assert f.buffer.decoded_total == total and f.buffer.buffered_total == total
     for p in pieces:
-        f.release(p.tp, p.nbytes)
-    assert f.buffered_total == f.decoded_total == 0 and not f.buffered
+        f.buffer.release(p.tp, p.nbytes)
+    assert f.buffer.buffered_total == f.buffer.decoded_total == 0 and not f.buffer.buffered
 
 
 def test_the_budget_keeps_room_for_decoded_pieces_and_the_worker():
     tp = ("t", 0)
     f, _ = _fetcher([tp], budget=8 << 20)
-    assert (f.decode_ahead_bytes, f.worker_ahead_bytes) == (2 << 20, 1 << 20)
-    assert f.piece_bytes == 512 << 10
+    assert (f.buffer.decode_ahead_bytes, f.buffer.worker_ahead_bytes) == (2 << 20, 1 << 20)
+    assert f.buffer.piece_bytes == 512 << 10
     f64, _ = _fetcher([tp], budget=64 << 20)
-    assert (f64.decode_ahead_bytes, f64.worker_ahead_bytes) == (8 << 20, 8 << 20)
+    assert (f64.buffer.decode_ahead_bytes, f64.buffer.worker_ahead_bytes) == (8 << 20, 8 << 20)
     # the request asks for what the budget leaves for raw bytes
     f.metadata = SimpleNamespace(leader_for=lambda t, p: 1, partition=lambda t, p: None,
                                  topic_id=lambda t: None, request_update=lambda: None)
-    [req] = f.poll(0)
+    [req] = f.poll(0).requests
     assert req.body(12)["max_bytes"] == (8 << 20) - (2 << 20) - (1 << 20)
 
 
@@ -111,13 +112,13 @@ def test_a_frame_stays_counted_until_its_last_partition_is_decoded():
     da, db = b"".join(_batches(4)[0]), b"".join(_batches(6)[0])
     f, _ = _fetcher([a, b])
     ca, cb = _answer(f, {a: da, b: db})
-    assert f.buffered_total == len(da) + len(db)
+    assert f.buffer.buffered_total == len(da) + len(db)
     _drain(f, ca, 1 << 20)
     # a's raw bytes are views of the same frame as b's: still in memory, still counted
-    assert ca.done and f.buffered_total == len(da) + len(db)
-    assert f.buffered.get(a, 0) == 0
+    assert ca.done and f.buffer.buffered_total == len(da) + len(db)
+    assert f.buffer.buffered.get(a, 0) == 0
     _drain(f, cb, 1 << 20)
-    assert f.buffered_total == 0 and not f.buffered
+    assert f.buffer.buffered_total == 0 and not f.buffer.buffered
 
 
 def test_a_corrupt_batch_mid_chunk_rewinds_to_after_the_pieces_handed_out():
@@ -137,7 +138,7 @@ def test_a_corrupt_batch_mid_chunk_rewinds_to_after_the_pieces_handed_out():
     # fetched again from the damaged batch (a new fence: later data is stale)
     assert subs.position(tp).offset == 6 * PER_BATCH
     assert subs.state(tp).fence != fence
-    assert f.buffered_total == 0
+    assert f.buffer.buffered_total == 0
 
 
 def test_a_batch_over_the_decompression_limit_is_a_typed_error_not_an_allocation():

@@ -9,7 +9,7 @@ from kwire.consumer._codes import E
 from kwire.consumer.fetcher import Fetcher, FetchSession, decode_partition
 from kwire.consumer.offsets import ListOffsetsResult, PositionManager
 from kwire.consumer.subscription import FetchState, Position, SubscriptionState
-from kwire.consumer.types import ErrorAction
+from kwire.consumer.types import ErrorAction, PollResult
 from kwire.errors import CorruptRecordError, KafkaConnectionError, LogTruncationError
 
 from .fakes import (
@@ -34,7 +34,7 @@ class MetadataRefresher:
             self.cluster.refresh(self.md)
             self.refreshes += 1
         self.positions.on_metadata()
-        return []
+        return PollResult([], None)
 
 
 class Setup:
@@ -57,7 +57,7 @@ class Setup:
 
     def _decode(self, raw):
         for c in raw:
-            c = self.fetcher.decode(c)
+            c = self.fetcher.decoder.decode(c)
             if c is not None:
                 self.chunks.append(c)
 
@@ -187,7 +187,7 @@ def test_a_chunk_left_without_records_still_reaches_the_application(cluster):
     s.run_until(lambda: s.subs.position(tp) is not None and s.subs.position(tp).offset == 3)
     assert s.chunks and all(c.records == [] and c.nbytes == 0 for c in s.chunks)
     assert s.chunks[-1].next_offset == 3
-    assert s.fetcher.buffered.get(tp, 0) == 0 and s.fetcher.buffered_total == 0
+    assert s.fetcher.buffer.buffered.get(tp, 0) == 0 and s.fetcher.buffer.buffered_total == 0
 
 # --- sessions --------------------------------------------------------------------------------
 
@@ -314,23 +314,23 @@ def test_buffer_budget_stops_and_resumes_fetching(cluster):
     s.driver.run(1000)
     got = len(s.records())
     assert 0 < got < 20
-    assert s.fetcher.starved and s.fetcher.buffered_total >= 16
+    assert s.fetcher.starved and s.fetcher.buffer.buffered_total >= 16
     n = len(s.fetch_bodies())
     s.driver.run(1000)
     assert len(s.fetch_bodies()) == n  # nothing fetched while the budget is used up
     for c in s.chunks:
-        s.fetcher.release(c.tp, c.nbytes)
+        s.fetcher.buffer.release(c.tp, c.nbytes)
     s.run_until(lambda: len(s.records()) > got)
 
 
 def test_request_asks_only_for_free_bytes(cluster):
     s = Setup(cluster, budget=1000, fetch_max_bytes=10**6)
     s.assign([("t", 0)])
-    s.fetcher.buffered[("t", 0)] = 300
-    s.fetcher.buffered_total = 300
+    s.fetcher.buffer.buffered[("t", 0)] = 300
+    s.fetcher.buffer.buffered_total = 300
     s.driver.run(50)
     # 1000 - 300 raw - 250 kept for decoded pieces (a quarter of the budget)
-    assert s.fetcher.decode_ahead_bytes == 250
+    assert s.fetcher.buffer.decode_ahead_bytes == 250
     assert s.fetch_bodies()[0][2]["max_bytes"] == 450
 
 
@@ -550,7 +550,7 @@ def test_corrupt_record_set_rewinds_and_reports(cluster):
     def boom(*a, **k):
         from kwire.errors import CorruptRecordError
         raise CorruptRecordError("bad crc")
-    s.fetcher._iter_records = boom
-    assert s.fetcher.decode(chunk) is None
+    s.fetcher.decoder._iter_records = boom
+    assert s.fetcher.decoder.decode(chunk) is None
     assert s.subs.position(tp).offset == 10
     assert isinstance(s.fetcher.drain_actions()[0].error, Exception)

@@ -36,13 +36,13 @@ def member(*, topics=("a",), instance_id=None, auto_commit=False):
 
 
 def find(m, now=0):
-    reqs = m.poll(now)
+    reqs = m.poll(now).requests
     (req,) = [r for r in reqs if r.api == "FindCoordinator"]
     m.on_response(req, {"error_code": 0, "node_id": 1, "host": "h", "port": 9092}, now)
 
 
 def heartbeat(m, now):
-    reqs = [r for r in m.poll(now) if r.api == "ConsumerGroupHeartbeat"]
+    reqs = [r for r in m.poll(now).requests if r.api == "ConsumerGroupHeartbeat"]
     assert len(reqs) == 1, reqs
     return reqs[0]
 
@@ -66,7 +66,7 @@ def joined(m, assignment, now=0):
     find(m, now)
     req = heartbeat(m, now)
     answer(m, req, now, epoch=1, assignment=assignment)
-    for ack in [r for r in m.poll(now) if r.api == "ConsumerGroupHeartbeat"]:
+    for ack in [r for r in m.poll(now).requests if r.api == "ConsumerGroupHeartbeat"]:
         answer(m, ack, now, epoch=1)
     return m.drain_actions()
 
@@ -81,7 +81,7 @@ def test_join_heartbeat_carries_every_field_then_only_changes():
     assert body["subscribed_topic_regex"] == ""  # (librdkafka's mock cluster needs it said)
     assert body["rebalance_timeout_ms"] == 300000
     answer(m, req, 0, epoch=1, assignment={T1: [0, 1]})
-    (ack,) = [r for r in m.poll(1) if r.api == "ConsumerGroupHeartbeat"]
+    (ack,) = [r for r in m.poll(1).requests if r.api == "ConsumerGroupHeartbeat"]
     (assign,) = [a for a in m.drain_actions() if isinstance(a, AssignPartitions)]
     assert assign.partitions == [("a", 0), ("a", 1)] and assign.incremental
     # the acknowledgement goes at once, in the same poll, naming what the member now owns
@@ -90,7 +90,8 @@ def test_join_heartbeat_carries_every_field_then_only_changes():
     assert b["subscribed_topic_names"] is None and b["rebalance_timeout_ms"] == -1
     answer(m, ack, 1, epoch=1)
     # then nothing until the interval, and a bare heartbeat
-    assert m.poll(2) == [] and m.next_deadline_ms() == 3001
+    res = m.poll(2)
+    assert res.requests == [] and res.next_deadline_ms == 3001
     b = heartbeat(m, 3001).body(1)
     assert b["topic_partitions"] is None and b["subscribed_topic_names"] is None
 
@@ -112,9 +113,9 @@ def test_revoke_first_then_assign_then_acknowledge():
     assert isinstance(rev, RevokePartitions) and rev.partitions == [("a", 0)]
     # until the application acknowledges, the member owns both and says nothing new
     assert m.subs.is_assigned(("a", 0))
-    assert m.poll(3001) == []
+    assert m.poll(3001).requests == []
     m.ack_revoke(rev.ack_id)
-    reqs = m.poll(3002)
+    reqs = m.poll(3002).requests
     assert [a.partitions for a in m.drain_actions()] == []  # nothing arrives: no on_assign
     assert not m.subs.is_assigned(("a", 0))
     (ack,) = [r for r in reqs if r.api == "ConsumerGroupHeartbeat"]
@@ -125,7 +126,8 @@ def test_a_target_naming_an_unknown_topic_waits_for_metadata():
     m = member(topics=("^.*",))
     joined(m, {T1: [0]})
     assert retarget(m, 3000, 2, {T1: [0], T2: [0, 1]}) == [] and m.needs_metadata
-    assert m.next_deadline_ms() != 0  # no busy loop while metadata is on its way
+    res = m.poll(3000)  # no busy loop while metadata is on its way
+    assert res.requests == [] and (res.next_deadline_ms is None or res.next_deadline_ms > 3000)
     m.on_metadata({"a": 2, "b": 2}, {"a": T1, "b": T2})
     m.poll(3001)
     (assign,) = m.drain_actions()
@@ -158,21 +160,21 @@ def test_fatal_heartbeat_errors_stop_the_member(code):
     assert any(isinstance(a, ErrorAction) and a.fatal for a in actions)
     assert any(isinstance(a, LosePartitions) for a in actions)
     assert m.state is MemberState.UNJOINED
-    assert [r for r in m.poll(10000) if r.api == "ConsumerGroupHeartbeat"] == []
+    assert [r for r in m.poll(10000).requests if r.api == "ConsumerGroupHeartbeat"] == []
 
 
 def test_commit_with_a_stale_epoch_is_sent_again_with_the_current_one():
     m = member()
     joined(m, {T1: [0]})
     m.commit({("a", 0): OffsetAndMetadata(5)}, 100, token="t")
-    (c,) = [r for r in m.poll(100) if r.api == "OffsetCommit"]
+    (c,) = [r for r in m.poll(100).requests if r.api == "OffsetCommit"]
     assert c.body(9)["generation_id_or_member_epoch"] == 1 and c.body(9)["member_id"] == m.member_id
     hb = heartbeat(m, 3000)
     answer(m, hb, 3000, epoch=4)
     m.on_response(c, {"topics": [{"name": "a", "partitions": [
         {"partition_index": 0, "error_code": 113}]}]}, 3000)  # STALE_MEMBER_EPOCH
     assert m.drain_actions() == []
-    (again,) = [r for r in m.poll(3200) if r.api == "OffsetCommit"]
+    (again,) = [r for r in m.poll(3200).requests if r.api == "OffsetCommit"]
     assert again.body(9)["generation_id_or_member_epoch"] == 4
     m.on_response(again, {"topics": [{"name": "a", "partitions": [
         {"partition_index": 0, "error_code": 0}]}]}, 3200)
@@ -185,7 +187,7 @@ def test_static_member_leaves_with_epoch_minus_two_dynamic_with_minus_one():
         m = member(instance_id=instance)
         joined(m, {T1: [0]})
         m.leave(4000, revoke=False, close=True)
-        reqs = m.poll(4000)
+        reqs = m.poll(4000).requests
         (leave,) = [r for r in reqs if r.api == "ConsumerGroupHeartbeat"]
         assert leave.body(1)["member_epoch"] == epoch
         m.on_response(leave, {"error_code": 0, "member_epoch": epoch, "member_id": m.member_id,
@@ -198,7 +200,7 @@ def test_leave_while_the_join_heartbeat_is_in_flight_still_says_goodbye():
     find(m)
     join = heartbeat(m, 0)
     m.leave(1, revoke=False, close=True)
-    (leave,) = [r for r in m.poll(1) if r.api == "ConsumerGroupHeartbeat"]
+    (leave,) = [r for r in m.poll(1).requests if r.api == "ConsumerGroupHeartbeat"]
     assert leave.body(1)["member_epoch"] == -1
     answer(m, join, 2, epoch=1, assignment={T1: [0]})  # late: ignored
     assert m.subs.assigned() == []
@@ -209,7 +211,7 @@ def test_subscription_change_is_sent_at_once():
     joined(m, {T1: [0]})
     m.subs.subscribe(["a", "b"])
     m.on_subscription_changed()
-    assert m.next_deadline_ms() == 0
+    # at once, not at the next heartbeat interval
     assert heartbeat(m, 2).body(1)["subscribed_topic_names"] == ["a", "b"]
 
 
@@ -224,13 +226,13 @@ def test_offset_fetch_names_the_member_and_retries_a_stale_epoch():
     m = member()
     find(m)
     answer(m, heartbeat(m, 0), 0, epoch=1, assignment={T1: [0]})
-    (f,) = [r for r in m.poll(10) if r.api == "OffsetFetch"]
+    (f,) = [r for r in m.poll(10).requests if r.api == "OffsetFetch"]
     m.drain_actions()
     g = f.body(9)["groups"][0]
     assert (g["member_id"], g["member_epoch"]) == (m.member_id, 1)
     m.on_response(f, {"groups": [{"group_id": "g", "error_code": 113, "topics": []}]}, 10)
     assert m.drain_actions() == []  # no error for the application: asked again
-    (again,) = [r for r in m.poll(200) if r.api == "OffsetFetch"]
+    (again,) = [r for r in m.poll(200).requests if r.api == "OffsetFetch"]
     m.on_response(again, {"groups": [{"group_id": "g", "error_code": 0, "topics": [
         {"name": "a", "partitions": [{"partition_index": 0, "committed_offset": 7,
                                       "committed_leader_epoch": -1, "metadata": "",
@@ -256,13 +258,15 @@ def test_the_broker_sets_the_heartbeat_interval():
     find(m)
     answer(m, heartbeat(m, 0), 0, epoch=1, assignment={}, interval=750)
     assert m.heartbeat_interval_ms == 750
-    assert m.poll(749) == [] and m.next_deadline_ms() == 750
+    res = m.poll(749)
+    assert res.requests == [] and res.next_deadline_ms == 750
     req = heartbeat(m, 750)
     # an answer without an interval (0) keeps the broker's last one
     answer(m, req, 750, epoch=1, interval=0)
-    assert m.next_deadline_ms() == 1500
+    assert m.poll(751).next_deadline_ms == 1500
     answer(m, heartbeat(m, 1500), 1500, epoch=1, interval=5000)
-    assert m.poll(6499) == [] and m.next_deadline_ms() == 6500
+    res = m.poll(6499)
+    assert res.requests == [] and res.next_deadline_ms == 6500
 
 
 def test_a_target_that_revokes_and_adds_revokes_first_then_assigns():
@@ -271,10 +275,10 @@ def test_a_target_that_revokes_and_adds_revokes_first_then_assigns():
     (rev,) = retarget(m, 3000, 2, {T1: [1]})
     assert isinstance(rev, RevokePartitions) and rev.partitions == [("a", 0)]
     # nothing is assigned before the application has given up what it loses
-    assert m.poll(3001) == [] and m.drain_actions() == []
+    assert m.poll(3001).requests == [] and m.drain_actions() == []
     assert m.subs.is_assigned(("a", 0)) and not m.subs.is_assigned(("a", 1))
     m.ack_revoke(rev.ack_id)
-    reqs = m.poll(3002)
+    reqs = m.poll(3002).requests
     (assign,) = m.drain_actions()
     assert isinstance(assign, AssignPartitions) and assign.partitions == [("a", 1)]
     assert assign.incremental
