@@ -3,6 +3,9 @@ from the configuration (``key.serializer``, ``value.serializer``, ``key.deserial
 ``value.deserializer``), as confluent-kafka's."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .consumer import Consumer
 from .error import (
     ConsumeError,
@@ -16,14 +19,16 @@ from .serialization import MessageField, SerializationContext
 
 
 class SerializingProducer(Producer):
-    def __init__(self, conf: dict):
+    def __init__(self, conf: dict[str, Any]) -> None:
         conf = dict(conf)
         self._key_serializer = conf.pop("key.serializer", None)
         self._value_serializer = conf.pop("value.serializer", None)
         super().__init__(conf)
 
-    def produce(self, topic, key=None, value=None, partition=-1, on_delivery=None, timestamp=0,
-                headers=None):
+    # confluent-kafka's order (key before value), unlike Producer.produce()'s
+    def produce(self, topic: str, key: Any = None, value: Any = None,  # type: ignore[override]
+                partition: int = -1, on_delivery: Callable[..., object] | None = None,
+                timestamp: int = 0, headers: Any = None) -> None:
         ctx = SerializationContext(topic, MessageField.KEY, headers)
         if self._key_serializer is not None:
             try:
@@ -41,13 +46,13 @@ class SerializingProducer(Producer):
 
 
 class DeserializingConsumer(Consumer):
-    def __init__(self, conf: dict):
+    def __init__(self, conf: dict[str, Any]) -> None:
         conf = dict(conf)
         self._key_deserializer = conf.pop("key.deserializer", None)
         self._value_deserializer = conf.pop("value.deserializer", None)
         super().__init__(conf)
 
-    def poll(self, timeout=-1):
+    def poll(self, timeout: float | None = -1) -> Any:
         """The next message, key and value deserialized (set on it); None after ``timeout``.
         Error messages raise ConsumeError (``kafka_message`` holds them)."""
         msg = super().poll(timeout)
@@ -74,5 +79,5 @@ class DeserializingConsumer(Consumer):
         msg.set_value(value)
         return msg
 
-    def consume(self, num_messages=1, timeout=-1):
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Any]:
         raise NotImplementedError("DeserializingConsumer.consume() is not implemented: use poll()")

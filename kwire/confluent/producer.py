@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import ConfigError, KafkaTimeoutError, KwireError, TransactionAbortRequiredError
 from ..net.connection import ConnState
@@ -57,7 +59,7 @@ class Producer:
     ``flush()`` send and serve delivery callbacks (``on_delivery(err, msg)``), error_cb and
     stats_cb.  ``poll(-1)`` / ``flush()`` / ``flush(-1)`` wait without a limit."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         if len(args) > 1:
             raise TypeError("expected configuration dict")
         kconf, extra = split_config(args[0] if args else None, kwargs, "producer")
@@ -77,7 +79,7 @@ class Producer:
             raise config_error(exc) from None
         self._closed = False
         self._all_down = False
-        self._auth_reported = None
+        self._auth_reported: BaseException | None = None
         self._fatal_reported = False
         self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
         if self._error_cb is not None:
@@ -87,8 +89,9 @@ class Producer:
         if self._logger is not None:
             self._log_handler = forward_logs(self._logger, extra.get("log_level"))
 
-    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
-                headers=None, callback=None):
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                on_delivery: Callable[..., object] | None = None, timestamp: int = 0,
+                headers: Any = None, callback: Callable[..., object] | None = None) -> None:
         """Queue one message; raises BufferError when the queue is full."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
