@@ -6,8 +6,9 @@ record; no field is copied); ``set_*()`` or construction moves the fields into a
 """
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 from .. import _impl
 from .. import errors as _kerr
@@ -54,7 +55,7 @@ class KafkaError(KafkaException, metaclass=_CodeNames):
     """
 
     def __init__(self, error: int, reason: str | None = None, fatal: bool = False,
-                 retriable: bool = False, txn_requires_abort: bool = False):
+                 retriable: bool = False, txn_requires_abort: bool = False) -> None:
         if isinstance(error, bool) or not isinstance(error, int):
             raise TypeError("an integer is required (error code)")
         self._code = error
@@ -84,7 +85,7 @@ class KafkaError(KafkaException, metaclass=_CodeNames):
     def txn_requires_abort(self) -> bool:
         return self._txn_requires_abort
 
-    def __repr__(self) -> str:
+    def __repr__(self) -> builtins.str:  # (``str`` here is the method above)
         return (f"KafkaError{{{'FATAL,' if self._fatal else ''}code={self.name()},"
                 f"val={self._code},str=\"{self.str()}\"}}")
 
@@ -93,38 +94,38 @@ class KafkaError(KafkaException, metaclass=_CodeNames):
     def __hash__(self) -> int:
         return hash(self._code)
 
-    def _other(self, other):
+    def _other(self, other: object) -> int | None:
         if isinstance(other, KafkaError):
             return other._code
         if isinstance(other, int):
             return other
         return None
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code == o
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code != o
 
-    def __lt__(self, other):
+    def __lt__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code < o
 
-    def __le__(self, other):
+    def __le__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code <= o
 
-    def __gt__(self, other):
+    def __gt__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code > o
 
-    def __ge__(self, other):
+    def __ge__(self, other: object) -> bool:
         o = self._other(other)
         return NotImplemented if o is None else self._code >= o
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (KafkaError, (self._code, self._str, self._fatal, self._retriable,
                              self._txn_requires_abort))
 
@@ -239,44 +240,44 @@ class TopicPartition(_KTopicPartition):
         sa(self, "leader_epoch", leader_epoch)
         sa(self, "error", None)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         if name in _READONLY:
             raise AttributeError("readonly attribute")
         object.__setattr__(self, name, value)
 
-    def _key(self, other):
+    def _key(self, other: object) -> tuple[tuple[str, int], tuple[str, int]]:
         if not isinstance(other, _KTopicPartition):
             raise NotImplementedError
         return (self.topic, self.partition), (other.topic, other.partition)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         a, b = self._key(other)
         return a == b
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         a, b = self._key(other)
         return a != b
 
-    def __lt__(self, other):
+    def __lt__(self, other: object) -> bool:
         a, b = self._key(other)
         return a < b
 
-    def __le__(self, other):
+    def __le__(self, other: object) -> bool:
         a, b = self._key(other)
         return a <= b
 
-    def __gt__(self, other):
+    def __gt__(self, other: object) -> bool:
         a, b = self._key(other)
         return a > b
 
-    def __ge__(self, other):
+    def __ge__(self, other: object) -> bool:
         a, b = self._key(other)
         return a >= b
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.topic) ^ self.partition
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         le = "None" if self.leader_epoch is None else self.leader_epoch
         err = "None" if self.error is None else str(self.error)
         return (f"TopicPartition{{topic={self.topic},partition={self.partition},"
@@ -284,7 +285,7 @@ class TopicPartition(_KTopicPartition):
 
     __str__ = __repr__
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (TopicPartition, (self.topic, self.partition, self.offset, self.metadata,
                                  -1 if self.leader_epoch is None else self.leader_epoch))
 
@@ -311,8 +312,18 @@ def _tps(ks: Iterable[Any]) -> list[TopicPartition]:
 
 # --- Message ---------------------------------------------------------------------------------------
 
-_FIELDS = ("topic", "partition", "offset", "key", "value", "headers", "error", "timestamp",
-           "latency", "leader_epoch")
+class _Fields(TypedDict):
+    """A Message's fields once set or constructed (None: unknown / none)."""
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    key: Any
+    value: Any
+    headers: Any
+    error: KafkaError | None
+    timestamp: tuple[int, int]  # (confluent's type, ms)
+    latency: float | None
+    leader_epoch: int | None
 
 
 class PyMessage:
@@ -329,10 +340,12 @@ class PyMessage:
 
     __slots__ = ("_r", "_f")  # a kwire Record, or None; the fields dict once set or constructed
     _r: Any
-    _f: dict[str, Any] | None
+    _f: _Fields | None
 
-    def __init__(self, topic=None, partition=None, offset=None, key=None, value=None,
-                 headers=None, error=None, timestamp=None, latency=None, leader_epoch=None):
+    def __init__(self, topic: str | None = None, partition: int | None = None,
+                 offset: int | None = None, key: Any = None, value: Any = None, headers: Any = None,
+                 error: KafkaError | None = None, timestamp: tuple[int, int] | None = None,
+                 latency: float | None = None, leader_epoch: int | None = None) -> None:
         if timestamp is not None and (not isinstance(timestamp, tuple) or len(timestamp) != 2):
             raise TypeError("timestamp must be a tuple of (int, int)")
         self._r = None
@@ -348,33 +361,33 @@ class PyMessage:
         }
 
     # The record path: poll()/consume() wrap each kwire Record without copying a field.
-    def topic(self):
+    def topic(self) -> str | None:
         f = self._f
         return self._r.topic if f is None else f["topic"]
 
-    def partition(self):
+    def partition(self) -> int | None:
         f = self._f
         return self._r.partition if f is None else f["partition"]
 
-    def offset(self):
+    def offset(self) -> int | None:
         f = self._f
         return self._r.offset if f is None else f["offset"]
 
-    def key(self):
+    def key(self) -> Any:
         f = self._f
         return self._r.key if f is None else f["key"]
 
-    def value(self):
+    def value(self) -> Any:
         f = self._f
         return self._r.value if f is None else f["value"]
 
-    def headers(self):
+    def headers(self) -> Any:
         f = self._f
         if f is None:
             return self._r.headers or None
         return f["headers"]
 
-    def timestamp(self):
+    def timestamp(self) -> tuple[int, int]:
         f = self._f
         if f is None:
             r = self._r
@@ -382,38 +395,38 @@ class PyMessage:
             return (r.timestamp_type + 1, r.timestamp)
         return f["timestamp"]
 
-    def error(self):
+    def error(self) -> KafkaError | None:
         f = self._f
         return None if f is None else f["error"]
 
-    def leader_epoch(self):
+    def leader_epoch(self) -> int | None:
         f = self._f
         if f is None:
             e = self._r.leader_epoch
             return e if e >= 0 else None
         return f["leader_epoch"]
 
-    def deserialized_key(self):
+    def deserialized_key(self) -> Any:
         """The key (after a DeserializingConsumer: the deserialized object)."""
         return self.key()
 
-    def deserialized_value(self):
+    def deserialized_value(self) -> Any:
         """The value (after a DeserializingConsumer: the deserialized object)."""
         return self.value()
 
-    def delivery_count(self):
+    def delivery_count(self) -> None:
         """Share groups only (KIP-932), which kwire does not implement: None."""
         return None
 
-    def latency(self):
+    def latency(self) -> float | None:
         f = self._f
         return None if f is None else f["latency"]
 
-    def __len__(self):
+    def __len__(self) -> int:
         v = self.value()
         return 0 if v is None else len(v)
 
-    def _fields(self) -> dict:
+    def _fields(self) -> _Fields:
         f = self._f
         if f is None:
             r = self._r
@@ -426,26 +439,26 @@ class PyMessage:
             self._r = None
         return f
 
-    def set_key(self, key) -> None:
+    def set_key(self, key: Any) -> None:
         self._fields()["key"] = key
 
-    def set_value(self, value) -> None:
+    def set_value(self, value: Any) -> None:
         self._fields()["value"] = value
 
-    def set_headers(self, headers) -> None:
+    def set_headers(self, headers: Any) -> None:
         self._fields()["headers"] = headers
 
-    def set_topic(self, topic) -> None:
+    def set_topic(self, topic: Any) -> None:
         self._fields()["topic"] = topic
 
-    def set_error(self, error) -> None:
+    def set_error(self, error: Any) -> None:
         self._fields()["error"] = error
 
-    def _values(self) -> tuple:
+    def _values(self) -> tuple[Any, ...]:
         return (self.topic(), self.partition(), self.offset(), self.key(), self.value(),
                 self.headers(), self.error(), self.timestamp(), self.latency(), self.leader_epoch())
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if other is self:
             return True
         if not isinstance(other, PyMessage):
@@ -453,18 +466,18 @@ class PyMessage:
         a, b = self._values(), other._values()
         return a[:8] == b[:8] and a[9] == b[9]  # latency is not compared, as in confluent-kafka
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
     __hash__ = object.__hash__
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         v = self._values()
         return (type(self), (v[0], -1 if v[1] is None else v[1], -1 if v[2] is None else v[2],
                           v[3], v[4], v[5], v[6], v[7], -1.0 if v[8] is None else v[8],
                           -1 if v[9] is None else v[9]))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         e = self.error()
         return (f"<Message {self.topic()}[{self.partition()}]@{self.offset()}"
                 f"{' error=' + repr(e) if e is not None else ''}>")
@@ -484,7 +497,7 @@ def _pure_wrap_list(records: list[Any]) -> list[PyMessage]:
     return list(map(_pure_wrap, records))
 
 
-def _pure_make(fields: dict[str, Any]) -> PyMessage:
+def _pure_make(fields: _Fields) -> PyMessage:
     m = _new(PyMessage)
     m._r = None
     m._f = fields
@@ -521,7 +534,7 @@ def _event(topic: str | None, partition: int | None, offset: int | None,
                   "leader_epoch": None})
 
 
-def _from_report(rep, err: KafkaError | None):
+def _from_report(rep: Any, err: KafkaError | None) -> Any:
     """The Message a delivery callback receives, from a kwire DeliveryReport."""
     off = rep._offset
     part = rep.partition()
