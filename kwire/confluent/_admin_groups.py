@@ -3,6 +3,8 @@ and alter their committed offsets (each future keyed by group id, as confluent-k
 from __future__ import annotations
 
 import concurrent.futures
+from concurrent.futures import Future
+from typing import Any
 
 from ..admin import GroupDescription as _KGroupDescription
 from ..consumer.types import OffsetAndMetadata as _KOffset
@@ -25,10 +27,14 @@ from ._types import OFFSET_INVALID, TopicPartition, to_kafka_error
 class _GroupCalls(_AdminBase):
     """The consumer-group calls of :class:`~kwire.confluent.admin.AdminClient`."""
 
-    def list_consumer_groups(self, request_timeout=-1, states=None, types=None):
+    def list_consumer_groups(self, request_timeout: float | None = -1,
+                             states: set[ConsumerGroupState] | None = None,
+                             types: set[ConsumerGroupType] | None = None) -> Future[Any]:
         """One Future; its result is a ListConsumerGroupsResult (``valid`` listings, ``errors``
         of brokers that failed)."""
-        for what, value, cls in (("states", states, ConsumerGroupState), ("types", types, ConsumerGroupType)):
+        checks: tuple[tuple[str, object, type], ...] = (
+            ("states", states, ConsumerGroupState), ("types", types, ConsumerGroupType))
+        for what, value, cls in checks:
             if value is not None:
                 if not isinstance(value, set):
                     raise TypeError(f"'{what}' must be a set")
@@ -37,9 +43,9 @@ class _GroupCalls(_AdminBase):
         st = None if not states else [BROKER_STATE[s] for s in states]
         ty = None if not types else [t.name.lower() for t in types]
         timeout = self._request_timeout(request_timeout, 0)
-        fut = concurrent.futures.Future()
+        fut: Future[Any] = concurrent.futures.Future()
 
-        def work():
+        def work() -> dict[None, ListConsumerGroupsResult]:
             listed = self._a.list_groups(st, ty, timeout)
             return {None: ListConsumerGroupsResult(
                 [ConsumerGroupListing(g.group_id, g.protocol_type == "", ConsumerGroupState.of(g.state),
@@ -49,20 +55,23 @@ class _GroupCalls(_AdminBase):
         return fut
 
     @staticmethod
-    def _group_ids(group_ids) -> list:
+    def _group_ids(group_ids: object) -> list[str]:
         if not isinstance(group_ids, list) or not group_ids:
             raise ValueError("Expected non-empty list of group_ids")
+        out: list[str] = []
         for g in group_ids:
             if not isinstance(g, str):
                 raise TypeError("Expected list of group_ids as strings")
-        return group_ids
+            out.append(g)
+        return out
 
-    def describe_consumer_groups(self, group_ids, include_authorized_operations=False, request_timeout=-1):
+    def describe_consumer_groups(self, group_ids: list[str], include_authorized_operations: bool = False,
+                                 request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{group_id: Future}``; each result is a ConsumerGroupDescription."""
         group_ids = self._group_ids(group_ids)
         timeout = self._request_timeout(request_timeout, 0)
 
-        def describe(d) -> ConsumerGroupDescription:
+        def describe(d: _KGroupDescription) -> ConsumerGroupDescription:
             kip848 = d.type == "consumer"
             members = [MemberDescription(m.member_id, m.client_id, m.client_host,
                                          MemberAssignment([TopicPartition(t, p) for t, p in m.assignment]),
@@ -74,7 +83,7 @@ class _GroupCalls(_AdminBase):
                                             ConsumerGroupState.of(d.state), Node(c.id, c.host, c.port, c.rack),
                                             None, ConsumerGroupType.of(d.type))
 
-        def work():
+        def work() -> dict[str, Any]:
             res = self._a.describe_consumer_groups(group_ids, timeout, raise_on_error=False)
             for g, r in res.items():
                 if getattr(r, "code", None) == _GROUP_ID_NOT_FOUND:
@@ -83,7 +92,8 @@ class _GroupCalls(_AdminBase):
             return {g: describe(r) if isinstance(r, _KGroupDescription) else r for g, r in res.items()}
         return self._dispatch({g: concurrent.futures.Future() for g in group_ids}, work)
 
-    def delete_consumer_groups(self, group_ids, request_timeout=-1):
+    def delete_consumer_groups(self, group_ids: list[str],
+                               request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{group_id: Future}``; each result is None."""
         group_ids = self._group_ids(group_ids)
         timeout = self._request_timeout(request_timeout, 0)
@@ -91,7 +101,7 @@ class _GroupCalls(_AdminBase):
                               lambda: self._a.delete_consumer_groups(group_ids, timeout, raise_on_error=False))
 
     @staticmethod
-    def _one_group(request, verb: str, *, need_partitions: bool) -> ConsumerGroupTopicPartitions:
+    def _one_group(request: object, verb: str, *, need_partitions: bool) -> ConsumerGroupTopicPartitions:
         if request is None:
             raise TypeError("request cannot be None")
         if not isinstance(request, list):
@@ -131,8 +141,9 @@ class _GroupCalls(_AdminBase):
                 raise ValueError("Element of 'topic_partitions' must not have 'offset' value")
         return req
 
-    def list_consumer_group_offsets(self, list_consumer_group_offsets_request, require_stable=False,
-                                    request_timeout=-1):
+    def list_consumer_group_offsets(self, list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
+                                    require_stable: bool = False,
+                                    request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions
         whose TopicPartitions carry the committed offsets (OFFSET_INVALID: none)."""
         req = self._one_group(list_consumer_group_offsets_request, "listing", need_partitions=False)
@@ -140,10 +151,10 @@ class _GroupCalls(_AdminBase):
         parts = None if req.topic_partitions is None else [(tp.topic, tp.partition) for tp in req.topic_partitions]
         timeout = self._request_timeout(request_timeout, 0)
 
-        def work():
+        def work() -> dict[str, ConsumerGroupTopicPartitions]:
             res = self._a.list_consumer_group_offsets(g, parts, timeout, require_stable=require_stable)
             keys = parts if parts is not None else sorted(res)
-            out = []
+            out: list[TopicPartition] = []
             for t, p in keys:
                 om = res.get((t, p))
                 off = om.offset if om is not None and om.offset >= 0 else OFFSET_INVALID
@@ -152,19 +163,21 @@ class _GroupCalls(_AdminBase):
             return {g: ConsumerGroupTopicPartitions(g, out)}
         return self._dispatch({g: concurrent.futures.Future()}, work)
 
-    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request, request_timeout=-1):
+    def alter_consumer_group_offsets(self, alter_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
+                                     request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{group_id: Future}`` (one group); the result is a ConsumerGroupTopicPartitions,
         each TopicPartition with its ``error`` (None when set)."""
         req = self._one_group(alter_consumer_group_offsets_request, "altering", need_partitions=True)
         g = req.group_id
+        tps: list[TopicPartition] = req.topic_partitions or []  # need_partitions: never empty
         offsets = {(tp.topic, tp.partition): _KOffset(tp.offset, tp.leader_epoch, tp.metadata or "")
-                   for tp in req.topic_partitions}
+                   for tp in tps}
         timeout = self._request_timeout(request_timeout, 0)
 
-        def work():
+        def work() -> dict[str, ConsumerGroupTopicPartitions]:
             res = self._a.alter_consumer_group_offsets(g, offsets, timeout, raise_on_error=False)
-            out = []
-            for tp in req.topic_partitions:
+            out: list[TopicPartition] = []
+            for tp in tps:
                 n = TopicPartition(tp.topic, tp.partition, tp.offset, tp.metadata,
                                    -1 if tp.leader_epoch is None else tp.leader_epoch)
                 err = res.get((tp.topic, tp.partition))
