@@ -5,8 +5,12 @@ IsolationLevel, TopicCollection, TopicPartitionInfo), the others from ``admin``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    import uuid as _uuid
 
 __all__ = ["ResourceType", "ConfigSource", "AlterConfigOpType", "ConfigEntry", "ConfigResource",
            "NewPartitions", "ConsumerGroupState", "ConsumerGroupType", "IsolationLevel", "Node",
@@ -25,10 +29,10 @@ class ResourceType(Enum):
     BROKER = 4
     TRANSACTIONAL_ID = 5
 
-    def __lt__(self, other):
-        if self.__class__ != other.__class__:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, ResourceType):
             return NotImplemented
-        return self.value < other.value
+        return bool(self.value < other.value)
 
 
 WIRE_RESOURCE = {ResourceType.TOPIC: 2, ResourceType.GROUP: 32, ResourceType.BROKER: 4}
@@ -65,8 +69,8 @@ class ConfigEntry:
 
     def __init__(self, name: str, value: str | None, source: ConfigSource = ConfigSource.UNKNOWN_CONFIG,
                  is_read_only: bool = False, is_default: bool = False, is_sensitive: bool = False,
-                 is_synonym: bool = False, synonyms: dict | None = None,
-                 incremental_operation: AlterConfigOpType | None = None):
+                 is_synonym: bool = False, synonyms: dict[str, ConfigEntry] | None = None,
+                 incremental_operation: AlterConfigOpType | None = None) -> None:
         self.name = name
         self.value = value
         self.source = source
@@ -77,10 +81,10 @@ class ConfigEntry:
         self.synonyms = synonyms if synonyms is not None else {}
         self.incremental_operation = incremental_operation
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f'ConfigEntry({self.name}="{self.value}")'
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f'{self.name}="{self.value}"'
 
 
@@ -91,9 +95,10 @@ class ConfigResource:
 
     Type = ResourceType
 
-    def __init__(self, restype, name: str, set_config: dict | None = None,
-                 described_configs: dict | None = None, error: Any = None,
-                 incremental_configs: list | None = None):
+    def __init__(self, restype: ResourceType | str | int, name: str,
+                 set_config: dict[str, str] | None = None,
+                 described_configs: dict[str, ConfigEntry] | None = None, error: Any = None,
+                 incremental_configs: list[ConfigEntry] | None = None) -> None:
         if name is None:
             raise ValueError("Expected resource name to be a string")
         if isinstance(restype, str):
@@ -111,25 +116,25 @@ class ConfigResource:
         self.configs = described_configs
         self.error = error
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self.error is not None:
             return f"ConfigResource({self.restype},{self.name},{self.error!r})"
         return f"ConfigResource({self.restype},{self.name})"
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.restype, self.name))
 
-    def __lt__(self, other):
+    def __lt__(self, other: ConfigResource) -> bool:
         if self.restype.__lt__(other.restype):
             return True
         return self.name.__lt__(other.name)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, ConfigResource):
             return NotImplemented
         return self.restype == other.restype and self.name == other.name
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.set_config_dict)
 
     def set_config(self, name: str, value: str, overwrite: bool = True) -> None:
@@ -145,31 +150,32 @@ class ConfigResource:
 class NewPartitions:
     """``NewPartitions(topic, new_total_count, replica_assignment=None)``."""
 
-    def __init__(self, topic: str, new_total_count: int, replica_assignment=None):
+    def __init__(self, topic: str, new_total_count: int,
+                 replica_assignment: list[list[int]] | None = None) -> None:
         if not isinstance(topic, str):
             raise TypeError("topic must be a str")
         self.topic = topic
         self.new_total_count = int(new_total_count)
         self.replica_assignment = replica_assignment
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"NewPartitions(topic={self.topic},new_total_count={self.new_total_count})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, NewPartitions) and self.topic == other.topic
 
-    def __lt__(self, other):
+    def __lt__(self, other: NewPartitions) -> bool:
         return self.topic < other.topic
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self.topic)
 
 
 class _Ordered(Enum):
-    def __lt__(self, other):
+    def __lt__(self, other: object) -> bool:
         if not isinstance(other, self.__class__):
             return NotImplemented
-        return self.value < other.value
+        return bool(self.value < other.value)
 
 
 class ConsumerGroupState(_Ordered):
@@ -213,7 +219,10 @@ class IsolationLevel(_Ordered):
     READ_COMMITTED = 1
 
 
-def _enum(value, cls):
+_E = TypeVar("_E", bound=Enum)
+
+
+def _enum(value: object, cls: type[_E]) -> _E | None:
     if value is None or isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -222,25 +231,26 @@ def _enum(value, cls):
 
 
 class Node:
-    def __init__(self, id: int, host: str, port: int, rack: str | None = None):
+    def __init__(self, id: int, host: str, port: int, rack: str | None = None) -> None:
         self.id = id
         self.id_string = str(id)
         self.host = host
         self.port = port
         self.rack = rack
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"({self.id}) {self.host}:{self.port} {f'(Rack - {self.rack})' if self.rack else ''}"
 
 
 class ConsumerGroupTopicPartitions:
-    def __init__(self, group_id: str, topic_partitions: list | None = None):
+    def __init__(self, group_id: str, topic_partitions: list[Any] | None = None) -> None:
         self.group_id = group_id
         self.topic_partitions = topic_partitions
 
 
 class ConsumerGroupListing:
-    def __init__(self, group_id: str, is_simple_consumer_group: bool, state=None, type=None):
+    def __init__(self, group_id: str, is_simple_consumer_group: bool, state: object = None,
+                 type: object = None) -> None:
         self.group_id = group_id
         self.is_simple_consumer_group = is_simple_consumer_group
         if state is not None:
@@ -250,19 +260,21 @@ class ConsumerGroupListing:
 
 
 class ListConsumerGroupsResult:
-    def __init__(self, valid: list | None = None, errors: list | None = None):
+    def __init__(self, valid: list[ConsumerGroupListing] | None = None,
+                 errors: list[Any] | None = None) -> None:
         self.valid = valid
         self.errors = errors
 
 
 class MemberAssignment:
-    def __init__(self, topic_partitions: list | None):
+    def __init__(self, topic_partitions: list[Any] | None) -> None:
         self.topic_partitions = topic_partitions or []
 
 
 class MemberDescription:
     def __init__(self, member_id: str, client_id: str, host: str, assignment: MemberAssignment,
-                 group_instance_id: str | None = None, target_assignment=None):
+                 group_instance_id: str | None = None,
+                 target_assignment: MemberAssignment | None = None) -> None:
         self.member_id = member_id
         self.client_id = client_id
         self.host = host
@@ -272,9 +284,10 @@ class MemberDescription:
 
 
 class ConsumerGroupDescription:
-    def __init__(self, group_id: str, is_simple_consumer_group: bool, members: list,
-                 partition_assignor: str, state, coordinator: Node, authorized_operations=None,
-                 type=ConsumerGroupType.UNKNOWN):
+    def __init__(self, group_id: str, is_simple_consumer_group: bool, members: list[MemberDescription],
+                 partition_assignor: str, state: object, coordinator: Node,
+                 authorized_operations: Iterable[AclOperation] | None = None,
+                 type: object = ConsumerGroupType.UNKNOWN) -> None:
         self.group_id = group_id
         self.is_simple_consumer_group = is_simple_consumer_group
         self.members = members
@@ -292,9 +305,11 @@ class OffsetSpec:
     ``max_timestamp()``, ``for_timestamp(ms)``; ``OffsetSpec(n)`` picks one by number (-2, -1,
     -3, or a timestamp)."""
 
-    _values: dict = {}
+    _values: ClassVar[dict[int, OffsetSpec]] = {}
+    _value: int
+    timestamp: int  # for_timestamp()'s
 
-    def __new__(cls, index: int):
+    def __new__(cls, index: int) -> OffsetSpec:
         if index < 0:
             return cls._values[index]
         return cls.for_timestamp(index)
@@ -323,7 +338,7 @@ class OffsetSpec:
         o.timestamp = int(timestamp)
         return o
 
-    def __lt__(self, other):
+    def __lt__(self, other: object) -> bool:
         if not isinstance(other, OffsetSpec):
             return NotImplemented
         return self._value < other._value
@@ -336,15 +351,15 @@ OffsetSpec._values.update({-2: _EARLIEST, -1: _LATEST, -3: _MAX_TIMESTAMP})
 
 
 class ListOffsetsResultInfo:
-    def __init__(self, offset: int, timestamp: int, leader_epoch: int | None):
+    def __init__(self, offset: int, timestamp: int, leader_epoch: int | None) -> None:
         self.offset = offset
         self.timestamp = timestamp
         self.leader_epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
 
 
 class DescribeClusterResult:
-    def __init__(self, controller: Node, nodes: list, cluster_id: str | None = None,
-                 authorized_operations=None):
+    def __init__(self, controller: Node, nodes: list[Node], cluster_id: str | None = None,
+                 authorized_operations: Iterable[AclOperation] | None = None) -> None:
         self.cluster_id = cluster_id
         self.controller = controller
         self.nodes = nodes
@@ -352,12 +367,12 @@ class DescribeClusterResult:
 
 
 class TopicCollection:
-    def __init__(self, topic_names: list):
+    def __init__(self, topic_names: list[str]) -> None:
         self.topic_names = topic_names
 
 
 class TopicPartitionInfo:
-    def __init__(self, id: int, leader: Node, replicas: list, isr: list):
+    def __init__(self, id: int, leader: Node, replicas: list[Node], isr: list[Node]) -> None:
         self.id = id
         self.leader = leader
         self.replicas = replicas
@@ -365,8 +380,9 @@ class TopicPartitionInfo:
 
 
 class TopicDescription:
-    def __init__(self, name: str, topic_id, is_internal: bool, partitions: list,
-                 authorized_operations=None):
+    def __init__(self, name: str, topic_id: Uuid | None, is_internal: bool,
+                 partitions: list[TopicPartitionInfo],
+                 authorized_operations: Iterable[AclOperation] | None = None) -> None:
         self.name = name
         self.topic_id = topic_id
         self.is_internal = is_internal
@@ -391,7 +407,7 @@ class AclOperation(Enum):
     IDEMPOTENT_WRITE = 12
 
 
-def _int64(value, what: str) -> int:
+def _int64(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"'{type(value).__name__}' object cannot be interpreted as an integer")
     if not -(1 << 63) <= value < (1 << 63):
@@ -408,12 +424,12 @@ class Uuid:
 
     __slots__ = ("_msb", "_lsb")
 
-    def __init__(self, most_significant_bits, least_significant_bits):
+    def __init__(self, most_significant_bits: int, least_significant_bits: int) -> None:
         self._msb = _int64(most_significant_bits, "most_significant_bits")
         self._lsb = _int64(least_significant_bits, "least_significant_bits")
 
     @classmethod
-    def from_uuid(cls, value) -> Uuid:
+    def from_uuid(cls, value: _uuid.UUID) -> Uuid:
         n = value.int
         msb, lsb = n >> 64, n & ((1 << 64) - 1)
         return cls(msb - (1 << 64) if msb >= 1 << 63 else msb, lsb - (1 << 64) if lsb >= 1 << 63 else lsb)
@@ -425,7 +441,7 @@ class Uuid:
         return self._lsb
 
     @property
-    def uuid(self):
+    def uuid(self) -> _uuid.UUID:
         import uuid
         return uuid.UUID(int=((self._msb & ((1 << 64) - 1)) << 64) | (self._lsb & ((1 << 64) - 1)))
 
@@ -435,7 +451,7 @@ class Uuid:
 
     __repr__ = __str__
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, Uuid):
             return NotImplemented
         return (self._msb, self._lsb) == (other._msb, other._lsb)
