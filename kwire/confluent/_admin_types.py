@@ -64,10 +64,12 @@ class AlterConfigOpType(Enum):
 
 
 class ConfigEntry:
-    """One configuration property: described (describe_configs) or to alter
-    (``incremental_operation`` for incremental_alter_configs)."""
+    """One configuration property: described (describe_configs; ``source`` is then the broker's
+    number, an int, as confluent-kafka gives it) or to alter (``incremental_operation`` for
+    incremental_alter_configs)."""
 
-    def __init__(self, name: str, value: str | None, source: ConfigSource = ConfigSource.UNKNOWN_CONFIG,
+    def __init__(self, name: str, value: str | None,
+                 source: ConfigSource | int = ConfigSource.UNKNOWN_CONFIG,
                  is_read_only: bool = False, is_default: bool = False, is_sensitive: bool = False,
                  is_synonym: bool = False, synonyms: dict[str, ConfigEntry] | None = None,
                  incremental_operation: AlterConfigOpType | None = None) -> None:
@@ -358,7 +360,7 @@ class ListOffsetsResultInfo:
 
 
 class DescribeClusterResult:
-    def __init__(self, controller: Node, nodes: list[Node], cluster_id: str | None = None,
+    def __init__(self, controller: Node | None, nodes: list[Node], cluster_id: str | None = None,
                  authorized_operations: Iterable[AclOperation] | None = None) -> None:
         self.cluster_id = cluster_id
         self.controller = controller
@@ -372,7 +374,7 @@ class TopicCollection:
 
 
 class TopicPartitionInfo:
-    def __init__(self, id: int, leader: Node, replicas: list[Node], isr: list[Node]) -> None:
+    def __init__(self, id: int, leader: Node | None, replicas: list[Node], isr: list[Node]) -> None:
         self.id = id
         self.leader = leader
         self.replicas = replicas

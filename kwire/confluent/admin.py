@@ -19,8 +19,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import warnings
+from concurrent.futures import Future
+from typing import Any
 
+from ..admin import BrokerNode as _KBrokerNode
+from ..admin import ConfigEntry as _KConfigEntry
 from ..admin import NewTopic as _KNewTopic
+from ..admin import TopicDescription as _KTopicDescription
+from ..net import ClusterSnapshot
 from ._admin_base import _timeout
 from ._admin_groups import _GroupCalls
 from ._admin_types import (
@@ -66,8 +72,9 @@ class NewTopic:
     """A topic to create: ``NewTopic(topic, num_partitions=-1, replication_factor=-1,
     replica_assignment=None, config=None)`` (-1: the broker's default)."""
 
-    def __init__(self, topic, num_partitions=-1, replication_factor=-1, replica_assignment=None,
-                 config=None):
+    def __init__(self, topic: str, num_partitions: int = -1, replication_factor: int = -1,
+                 replica_assignment: list[list[int]] | None = None,
+                 config: dict[str, str] | None = None) -> None:
         if not isinstance(topic, str):
             raise TypeError("topic must be a str")
         self.topic = topic
@@ -76,78 +83,78 @@ class NewTopic:
         self.replica_assignment = list(replica_assignment or [])
         self.config = dict(config or {})
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"NewTopic(topic={self.topic},num_partitions={self.num_partitions})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, NewTopic) and (self.topic, self.num_partitions) == (other.topic, other.num_partitions)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.topic, self.num_partitions))
 
 
 class BrokerMetadata:
-    def __init__(self):
+    def __init__(self) -> None:
         self.id = -1
-        self.host = None
+        self.host: str | None = None
         self.port = -1
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"BrokerMetadata({self.id}, {self.host}:{self.port})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"{self.host}:{self.port}/{self.id}"
 
 
 class PartitionMetadata:
-    def __init__(self):
+    def __init__(self) -> None:
         self.id = -1
         self.leader = -1
-        self.replicas = []
-        self.isrs = []
-        self.error = None
+        self.replicas: list[int] = []
+        self.isrs: list[int] = []
+        self.error: KafkaError | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"PartitionMetadata({self.id})"
 
 
 class TopicMetadata:
-    def __init__(self):
-        self.topic = None
-        self.partitions = {}
-        self.error = None
+    def __init__(self) -> None:
+        self.topic: str | None = None
+        self.partitions: dict[int, PartitionMetadata] = {}
+        self.error: KafkaError | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"TopicMetadata({self.topic}, {len(self.partitions)} partitions)"
 
-    def __str__(self):
-        return self.topic
+    def __str__(self) -> str:
+        return str(self.topic)
 
 
 class ClusterMetadata:
-    def __init__(self):
-        self.cluster_id = None
+    def __init__(self) -> None:
+        self.cluster_id: str | None = None
         self.controller_id = -1
-        self.brokers = {}
-        self.topics = {}
+        self.brokers: dict[int, BrokerMetadata] = {}
+        self.topics: dict[str, TopicMetadata] = {}
         self.orig_broker_id = -1
-        self.orig_broker_name = None
+        self.orig_broker_name: str | None = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ClusterMetadata({self.cluster_id})"
 
 
 class DeletedRecords:
     """The outcome of delete_records() for one partition."""
 
-    def __init__(self, low_watermark):
+    def __init__(self, low_watermark: int) -> None:
         self.low_watermark = low_watermark
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"DeletedRecords(low_watermark={self.low_watermark})"
 
 
-def _cluster_metadata(snap) -> ClusterMetadata:
+def _cluster_metadata(snap: ClusterSnapshot) -> ClusterMetadata:
     """confluent-kafka's ClusterMetadata from a kwire ClusterSnapshot."""
     cm = ClusterMetadata()
     cm.cluster_id = snap.cluster_id
@@ -173,7 +180,9 @@ def _cluster_metadata(snap) -> ClusterMetadata:
 class AdminClient(_GroupCalls):
     """confluent-kafka's AdminClient(conf) over kwire's Admin."""
 
-    def create_topics(self, new_topics, operation_timeout=0, request_timeout=-1, validate_only=False):
+    def create_topics(self, new_topics: list[NewTopic], operation_timeout: float = 0,
+                      request_timeout: float | None = -1,
+                      validate_only: bool = False) -> dict[str, Future[None]]:
         """``{topic: Future}``; each future's result is None, or it raises KafkaException."""
         if not isinstance(new_topics, list) or not new_topics:
             raise ValueError("Expected non-empty list of NewTopic objects")
@@ -186,10 +195,10 @@ class AdminClient(_GroupCalls):
             if t.replica_assignment:
                 raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                                 "replica_assignment is not supported by kwire"))
-        futs = {t.topic: concurrent.futures.Future() for t in new_topics}
+        futs: dict[str, Future[None]] = {t.topic: concurrent.futures.Future() for t in new_topics}
         timeout = self._request_timeout(request_timeout, operation_timeout)
 
-        def run():
+        def run() -> None:
             try:
                 res = self._a.create_topics(
                     [_KNewTopic(t.topic, t.num_partitions, t.replication_factor, t.config)
@@ -210,14 +219,16 @@ class AdminClient(_GroupCalls):
         self._submit(run)
         return futs
 
-    def list_topics(self, topic=None, timeout=-1):
+    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
         """Cluster metadata (ClusterMetadata), directly, as confluent-kafka's."""
         try:
             return _cluster_metadata(self._a.list_topics(topic, _timeout(timeout)))
         except Exception as exc:
             raise KafkaException(to_kafka_error(exc)) from None
 
-    def delete_records(self, topic_partition_offsets, request_timeout=-1, operation_timeout=0):
+    def delete_records(self, topic_partition_offsets: list[TopicPartition],
+                       request_timeout: float | None = -1,
+                       operation_timeout: float = 0) -> dict[TopicPartition, Future[DeletedRecords]]:
         """``{TopicPartition: Future}``; each result is a DeletedRecords (its new
         low_watermark).  ``offset`` OFFSET_END (-1) deletes everything up to the high
         watermark."""
@@ -230,10 +241,11 @@ class AdminClient(_GroupCalls):
                 raise ValueError("partition must be >= 0")
         if len({(tp.topic, tp.partition) for tp in topic_partition_offsets}) != len(topic_partition_offsets):
             raise ValueError("Duplicate partitions not allowed")
-        futs = {tp: concurrent.futures.Future() for tp in topic_partition_offsets}
+        futs: dict[TopicPartition, Future[DeletedRecords]] = {
+            tp: concurrent.futures.Future() for tp in topic_partition_offsets}
         timeout = self._request_timeout(request_timeout, operation_timeout)
 
-        def run():
+        def run() -> None:
             offsets = {(tp.topic, tp.partition): tp.offset for tp in topic_partition_offsets}
             try:
                 res = self._a.delete_records(offsets, timeout)
@@ -249,7 +261,8 @@ class AdminClient(_GroupCalls):
         return futs
 
     # --- the rest of kwire's Admin, as confluent-kafka's futures ---------------------------------
-    def delete_topics(self, topics, operation_timeout=0, request_timeout=-1):
+    def delete_topics(self, topics: list[str], operation_timeout: float = 0,
+                      request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{topic: Future}``; each result is None."""
         if not isinstance(topics, list) or not topics:
             raise ValueError("Expected non-empty list of topic strings")
@@ -257,11 +270,12 @@ class AdminClient(_GroupCalls):
             if not isinstance(t, str):
                 raise TypeError("Expected list of topic strings")
         timeout = self._request_timeout(request_timeout, operation_timeout)
-        futs = {t: concurrent.futures.Future() for t in topics}
+        futs: dict[str, Future[Any]] = {t: concurrent.futures.Future() for t in topics}
         return self._dispatch(futs, lambda: self._a.delete_topics(topics, timeout, raise_on_error=False))
 
-    def create_partitions(self, new_partitions, operation_timeout=0, request_timeout=-1,
-                          validate_only=False):
+    def create_partitions(self, new_partitions: list[NewPartitions], operation_timeout: float = 0,
+                          request_timeout: float | None = -1,
+                          validate_only: bool = False) -> dict[str, Future[Any]]:
         """``{topic: Future}``; each result is None."""
         if not isinstance(new_partitions, list) or not new_partitions:
             raise ValueError("Expected non-empty list of NewPartitions objects")
@@ -272,16 +286,16 @@ class AdminClient(_GroupCalls):
                 raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                                 "replica_assignment is not supported by kwire"))
         timeout = self._request_timeout(request_timeout, operation_timeout)
-        futs = {n.topic: concurrent.futures.Future() for n in new_partitions}
+        futs: dict[str, Future[Any]] = {n.topic: concurrent.futures.Future() for n in new_partitions}
         totals = {n.topic: n.new_total_count for n in new_partitions}
         return self._dispatch(futs, lambda: self._a.create_partitions(
             totals, timeout, validate_only=validate_only, raise_on_error=False))
 
     @staticmethod
-    def _resources(resources) -> dict:
+    def _resources(resources: object) -> dict[ConfigResource, tuple[int, str]]:
         if not isinstance(resources, list) or not resources:
             raise ValueError("Expected non-empty list of ConfigResource objects")
-        out = {}
+        out: dict[ConfigResource, tuple[int, str]] = {}
         for r in resources:
             if not isinstance(r, ConfigResource):
                 raise ValueError("Expected list of ConfigResource objects")  # (sic, confluent-kafka's)
@@ -290,12 +304,13 @@ class AdminClient(_GroupCalls):
             out[r] = (WIRE_RESOURCE[r.restype], r.name)
         return out
 
-    def describe_configs(self, resources, request_timeout=-1):
+    def describe_configs(self, resources: list[ConfigResource],
+                         request_timeout: float | None = -1) -> dict[ConfigResource, Future[Any]]:
         """``{ConfigResource: Future}``; each result is ``{name: ConfigEntry}``."""
         wire = self._resources(resources)
         timeout = self._request_timeout(request_timeout, 0)
 
-        def entry(c) -> ConfigEntry:
+        def entry(c: _KConfigEntry) -> ConfigEntry:
             # (``source`` is the broker's number, an int, as confluent-kafka gives it; of
             # synonyms with the same name the last one stays, as in confluent-kafka)
             syn = {s.name: ConfigEntry(s.name, s.value, s.source, is_synonym=True)
@@ -303,18 +318,22 @@ class AdminClient(_GroupCalls):
             return ConfigEntry(c.name, c.value, c.source, c.read_only, c.is_default,
                                c.is_sensitive, synonyms=syn)
 
-        def work():
+        def work() -> dict[ConfigResource, Any]:
             res = self._a.describe_configs(list(wire.values()), timeout, include_synonyms=True,
                                            raise_on_error=False)
-            return {r: res[w] if isinstance(res[w], BaseException)
-                    else {n: entry(c) for n, c in res[w].items()} for r, w in wire.items()}
+            out: dict[ConfigResource, Any] = {}
+            for r, w in wire.items():
+                got = res[w]
+                out[r] = got if isinstance(got, BaseException) else {n: entry(c) for n, c in got.items()}
+            return out
         return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
 
-    def incremental_alter_configs(self, resources, request_timeout=-1, validate_only=False):
+    def incremental_alter_configs(self, resources: list[ConfigResource], request_timeout: float | None = -1,
+                                  validate_only: bool = False) -> dict[ConfigResource, Future[Any]]:
         """``{ConfigResource: Future}``; each result is None.  Each resource's
         ``incremental_configs`` are ConfigEntry objects with an ``incremental_operation``."""
         wire = self._resources(resources)
-        changes = {}
+        changes: dict[tuple[int, str], list[tuple[str, int, str | None]]] = {}
         for r, w in wire.items():
             ops = []
             for e in r.incremental_configs:
@@ -325,13 +344,14 @@ class AdminClient(_GroupCalls):
             changes[w] = ops
         timeout = self._request_timeout(request_timeout, 0)
 
-        def work():
+        def work() -> dict[ConfigResource, Any]:
             res = self._a.incremental_alter_configs(changes, timeout, validate_only=validate_only,
                                                     raise_on_error=False)
             return {r: res[w] for r, w in wire.items()}
         return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
 
-    def alter_configs(self, resources, request_timeout=-1, validate_only=False):
+    def alter_configs(self, resources: list[ConfigResource], request_timeout: float | None = -1,
+                      validate_only: bool = False) -> dict[ConfigResource, Future[Any]]:
         """Deprecated by confluent-kafka (use incremental_alter_configs): replace each resource's
         whole configuration with its ``set_config_dict``.  ``{ConfigResource: Future}``; each
         result is None."""
@@ -341,13 +361,15 @@ class AdminClient(_GroupCalls):
         configs = {w: dict(r.set_config_dict) for r, w in wire.items()}
         timeout = self._request_timeout(request_timeout, 0)
 
-        def work():
+        def work() -> dict[ConfigResource, Any]:
             res = self._a.alter_configs(configs, timeout, validate_only=validate_only,
                                         raise_on_error=False)
             return {r: res[w] for r, w in wire.items()}
         return self._dispatch({r: concurrent.futures.Future() for r in wire}, work)
 
-    def list_offsets(self, topic_partition_offsets, request_timeout=-1, isolation_level=None):
+    def list_offsets(self, topic_partition_offsets: dict[TopicPartition, OffsetSpec],
+                     request_timeout: float | None = -1,
+                     isolation_level: IsolationLevel | None = None) -> dict[TopicPartition, Future[Any]]:
         """``{TopicPartition: Future}``; each result is a ListOffsetsResultInfo."""
         if not isinstance(topic_partition_offsets, dict):
             raise TypeError("Expected topic_partition_offsets to be dict of [TopicPartitions,OffsetSpec] "
@@ -367,24 +389,27 @@ class AdminClient(_GroupCalls):
         specs = {(tp.topic, tp.partition): spec._value for tp, spec in topic_partition_offsets.items()}
         timeout = self._request_timeout(request_timeout, 0)
 
-        def work():
+        def work() -> dict[TopicPartition, Any]:
             res = self._a.list_offsets(specs, timeout, isolation_level=iso, raise_on_error=False)
-            out = {}
+            out: dict[TopicPartition, Any] = {}
             for tp in topic_partition_offsets:
                 r = res[(tp.topic, tp.partition)]
-                if getattr(r, "from_metadata", False):  # as librdkafka: not in the metadata
-                    r = KafkaException(KafkaError(KafkaError._NOENT, str(r)))
-                out[tp] = r if isinstance(r, BaseException) else \
-                    ListOffsetsResultInfo(r.offset, r.timestamp, r.leader_epoch)
+                if isinstance(r, BaseException):
+                    # as librdkafka: a partition not in the metadata is _NOENT
+                    out[tp] = KafkaException(KafkaError(KafkaError._NOENT, str(r))) \
+                        if getattr(r, "from_metadata", False) else r
+                else:
+                    out[tp] = ListOffsetsResultInfo(r.offset, r.timestamp, r.leader_epoch)
             return out
         return self._dispatch({tp: concurrent.futures.Future() for tp in topic_partition_offsets}, work)
 
-    def describe_cluster(self, include_authorized_operations=False, request_timeout=-1):
+    def describe_cluster(self, include_authorized_operations: bool = False,
+                         request_timeout: float | None = -1) -> Future[Any]:
         """One Future; its result is a DescribeClusterResult."""
         timeout = self._request_timeout(request_timeout, 0)
-        fut = concurrent.futures.Future()
+        fut: Future[Any] = concurrent.futures.Future()
 
-        def work():
+        def work() -> dict[None, DescribeClusterResult]:
             d = self._a.describe_cluster(timeout)
             nodes = [Node(b.id, b.host, b.port, b.rack) for b in d.brokers]
             controller = next((n for n in nodes if n.id == d.controller_id), None)
@@ -392,7 +417,8 @@ class AdminClient(_GroupCalls):
         self._dispatch({None: fut}, work)
         return fut
 
-    def describe_topics(self, topics, include_authorized_operations=False, request_timeout=-1):
+    def describe_topics(self, topics: TopicCollection, include_authorized_operations: bool = False,
+                        request_timeout: float | None = -1) -> dict[str, Future[Any]]:
         """``{topic: Future}`` for a TopicCollection; each result is a TopicDescription (topic id
         as a :class:`Uuid`, partitions as TopicPartitionInfo with Nodes); a topic that does not
         exist fails its future with UNKNOWN_TOPIC_OR_PART."""
@@ -412,10 +438,10 @@ class AdminClient(_GroupCalls):
                 n: KafkaException(KafkaError(KafkaError._INVALID_ARG, "Duplicate topics not allowed"))
                 for n in names})
 
-        def node(b) -> Node:
+        def node(b: _KBrokerNode) -> Node:
             return Node(b.id, b.host, b.port, b.rack)
 
-        def describe(d) -> TopicDescription:
+        def describe(d: _KTopicDescription) -> TopicDescription:
             parts = [TopicPartitionInfo(p.partition, None if p.leader is None else node(p.leader),
                                         [node(r) for r in p.replicas], [node(r) for r in p.isr])
                      for p in d.partitions]
@@ -423,26 +449,26 @@ class AdminClient(_GroupCalls):
                 [AclOperation(o) for o in d.authorized_operations if o in AclOperation._value2member_map_]
             return TopicDescription(d.name, Uuid.from_uuid(d.topic_id), d.is_internal, parts, ops)
 
-        def work():
+        def work() -> dict[str, Any]:
             res = self._a.describe_topics(names, timeout, raise_on_error=False,
                                           include_authorized_operations=bool(include_authorized_operations))
             return {n: r if isinstance(r, BaseException) else describe(r) for n, r in res.items()}
         return self._dispatch({n: concurrent.futures.Future() for n in names}, work)
 
-    def _unsupported(self, *args, **kwargs):
+    def _unsupported(self, *args: Any, **kwargs: Any) -> Any:
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "not supported by kwire's Admin"))
 
     create_acls = describe_acls = delete_acls = _unsupported
     elect_leaders = describe_user_scram_credentials = alter_user_scram_credentials = _unsupported
 
-    def poll(self, timeout=None):
+    def poll(self, timeout: float | None = None) -> int:
         """Nothing to serve: callbacks complete the futures on the worker thread."""
         return 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._pool._work_queue.qsize()
 
-    def close(self):
+    def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._a.close()
