@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..consumer import GroupMetadata
 from ..errors import KwireError
@@ -22,6 +22,9 @@ from ._consumer_base import _ck_timeout, _in
 from ._consumer_offsets import _OffsetCalls
 from ._consumer_records import _RecordCalls
 from ._types import KafkaError, KafkaException, TopicPartition, _tps, to_kafka_exception
+
+if TYPE_CHECKING:
+    from .admin import ClusterMetadata  # (imported when called: it pulls in the admin client)
 
 # on_assign / on_revoke / on_lost: called with the Consumer and a list of TopicPartitions
 _Callback = Callable[["Consumer", list[TopicPartition]], object]
@@ -117,7 +120,7 @@ class Consumer(_RecordCalls, _OffsetCalls):
 
     # --- cluster and group metadata ---------------------------------------------------------
 
-    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
         self._check()
         from .admin import _cluster_metadata
         return _cluster_metadata(self._call(self._c.list_topics, topic, _ck_timeout(timeout)))

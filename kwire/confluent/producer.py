@@ -4,20 +4,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from ..consumer.types import GroupMetadata
 from ..errors import ConfigError, KafkaTimeoutError, KwireError, TransactionAbortRequiredError
 from ..net.connection import ConnState
 from ..producer import Producer as _KProducer
 from ._config import config_error, forward_logs, split_config
 from ._types import KafkaError, KafkaException, _from_report, to_kafka_error, to_kafka_exception
 
+if TYPE_CHECKING:
+    from .admin import ClusterMetadata  # (imported when called: it pulls in the admin client)
+
 log = logging.getLogger("kwire.confluent")
 
+_T = TypeVar("_T")
 _POLL_SLICE_S = 0.5  # poll(-1) / flush(-1) wait in slices so error_cb and stats_cb keep running
 
 
-def _ck_timeout(timeout):
+def _ck_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -25,10 +30,10 @@ def _ck_timeout(timeout):
     return None if timeout < 0 else float(timeout)
 
 
-def _report_cb(cb):
+def _report_cb(cb: Callable[[KafkaError | None, Any], object]) -> Callable[[BaseException | None, Any], None]:
     """kwire calls ``cb(kwire_error, DeliveryReport)``; confluent-kafka's callbacks take
     ``(KafkaError | None, Message)``."""
-    def deliver(err, rep):
+    def deliver(err: BaseException | None, rep: Any) -> None:
         if err is None:
             e = None
         elif isinstance(err, KafkaTimeoutError):  # delivery.timeout.ms (message.timeout.ms)
@@ -39,7 +44,7 @@ def _report_cb(cb):
     return deliver
 
 
-def _check_headers(headers) -> list:
+def _check_headers(headers: object) -> list[tuple[str, str | bytes | None]]:
     """confluent-kafka's header forms: a list of (str, value) pairs or a dict; values str,
     bytes or None.  Anything else is a TypeError."""
     items = list(headers.items()) if isinstance(headers, dict) else headers
@@ -81,7 +86,7 @@ class Producer:
         self._all_down = False
         self._auth_reported: BaseException | None = None
         self._fatal_reported = False
-        self._callbacks: dict = {}  # user callback -> its wrapper (most programs pass one)
+        self._callbacks: dict[Callable[..., object], Callable[[BaseException | None, Any], None]] = {}  # user callback -> its wrapper (most programs pass one)
         if self._error_cb is not None:
             # librdkafka connects to the bootstrap brokers at once; ask for metadata so that
             # an unreachable cluster is noticed (and reported) without records to send.
@@ -120,7 +125,7 @@ class Producer:
         except KwireError as exc:
             raise KafkaException(to_kafka_error(exc)) from None
 
-    def poll(self, timeout=None):
+    def poll(self, timeout: float | None = None) -> int:
         """Send, receive, serve callbacks; wait up to ``timeout`` seconds (None / -1: until a
         callback was served).  Returns the number of delivery callbacks served."""
         if self._closed:
@@ -134,7 +139,7 @@ class Producer:
             if served or (deadline is not None and time.monotonic() >= deadline):
                 return served
 
-    def flush(self, timeout=None):
+    def flush(self, timeout: float | None = None) -> int:
         """Wait until every message is delivered or failed (None / -1: no limit).  Returns the
         number still in the queue."""
         if self._closed:
@@ -169,20 +174,20 @@ class Producer:
             if not self._p.config.transactional_id:
                 self._on_error(KafkaError(KafkaError._FATAL, str(fatal), fatal=True))
 
-    def _on_error(self, err) -> None:
-        err = to_kafka_error(err)
+    def _on_error(self, exc: BaseException) -> None:
+        err = to_kafka_error(exc)
         if self._error_cb is not None:
             self._error_cb(err)
         else:
             log.warning("producer error: %s", err)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._p)
 
-    def __bool__(self):  # a Producer is a Producer, whether or not messages are queued
+    def __bool__(self) -> bool:  # a Producer is a Producer, whether or not messages are queued
         return True
 
-    def list_topics(self, topic=None, timeout=-1):
+    def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
         if self._closed:
             raise RuntimeError("Producer has been closed")
         from .admin import _cluster_metadata
@@ -191,14 +196,16 @@ class Producer:
         except KwireError as exc:
             raise KafkaException(to_kafka_error(exc)) from None
 
-    def purge(self, in_queue=True, in_flight=True, blocking=True):
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         """Drop queued (``in_queue``) and in-flight (``in_flight``) messages; their delivery
         callbacks get ``_PURGE_QUEUE`` / ``_PURGE_INFLIGHT`` from the next poll()/flush()."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
         self._p.purge(bool(in_queue), bool(in_flight), bool(blocking))
 
-    def produce_batch(self, topic, messages, partition=-1, callback=None, on_delivery=None):
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]], partition: int = -1,
+                      callback: Callable[..., object] | None = None,
+                      on_delivery: Callable[..., object] | None = None) -> int:
         """Queue a list of message dicts (``value``, ``key``, ``callback``/``on_delivery``) to
         ``partition`` (default: the partitioner's choice); as in confluent-kafka, a message's
         ``partition`` and headers are ignored and a ``timestamp`` raises NotImplementedError.  Returns how many were queued; a message that could not be gets an
@@ -237,7 +244,7 @@ class Producer:
         return queued
 
     # --- transactions (kwire.producer.txn_api; errors as KafkaException(KafkaError)) -----------
-    def _txn_call(self, fn, *args):
+    def _txn_call(self, fn: Callable[..., _T], *args: Any) -> _T:
         if self._closed:
             raise RuntimeError("Producer has been closed")
         try:
@@ -245,42 +252,43 @@ class Producer:
         except KwireError as exc:
             raise to_kafka_exception(exc) from None
 
-    def init_transactions(self, timeout=None):
+    def init_transactions(self, timeout: float | None = None) -> None:
         """Take the transactional id's producer id (fencing older producers with it)."""
         return self._txn_call(self._p.init_transactions, _txn_timeout(timeout))
 
-    def begin_transaction(self):
+    def begin_transaction(self) -> None:
         return self._txn_call(self._p.begin_transaction)
 
-    def send_offsets_to_transaction(self, positions, group_metadata, timeout=None):
+    def send_offsets_to_transaction(self, positions: list[Any], group_metadata: GroupMetadata,
+                                    timeout: float | None = None) -> None:
         """Commit the consumer group's ``positions`` (TopicPartitions) with the transaction."""
         return self._txn_call(self._p.send_offsets_to_transaction, positions, group_metadata,
                               _txn_timeout(timeout))
 
-    def commit_transaction(self, timeout=None):
+    def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit the transaction."""
         return self._txn_call(self._p.commit_transaction, _txn_timeout(timeout))
 
-    def abort_transaction(self, timeout=None):
+    def abort_transaction(self, timeout: float | None = None) -> None:
         return self._txn_call(self._p.abort_transaction, _txn_timeout(timeout))
 
-    def cluster_id(self, timeout=-1):
+    def cluster_id(self, timeout: float | None = -1) -> str | None:
         """The cluster id the brokers report (None when they report none)."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
-        md = self._p._net.metadata
-        if md.cluster_id is None:
+        cid: str | None = self._p._net.metadata.cluster_id
+        if cid is None:
             try:
-                return self._p.list_topics(None, _ck_timeout(timeout)).cluster_id
+                cid = self._p.list_topics(None, _ck_timeout(timeout)).cluster_id
             except KwireError as exc:
                 raise to_kafka_exception(exc) from None
-        return md.cluster_id
+        return cid
 
-    def set_sasl_credentials(self, username, password):
+    def set_sasl_credentials(self, username: str, password: str) -> None:
         raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                         "kwire takes SASL credentials from the configuration only"))
 
-    def close(self, timeout=None):
+    def close(self, timeout: float | None = None) -> bool:
         """Flush (up to ``timeout``, default without limit) and close.  Returns True."""
         if self._closed:
             return True
@@ -291,15 +299,15 @@ class Producer:
             logging.getLogger("kwire").removeHandler(self._log_handler)
         return True
 
-    def __enter__(self):
+    def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
 
-def _txn_timeout(timeout):
+def _txn_timeout(timeout: float | None) -> float | None:
     """confluent-kafka: None or -1 wait up to transaction.timeout.ms (kwire: None)."""
     if timeout is None or timeout < 0:
         return None
