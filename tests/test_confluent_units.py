@@ -338,6 +338,17 @@ def test_poll_without_timeout_returns_through_a_subclass_once():
     c.close()
 
 
+def test_admin_module_on_first_access_and_star_import():
+    """``kwire.confluent.admin`` is imported when first asked for, also by ``import *`` (its
+    __all__ lists it): in a fresh interpreter, where nothing imported it yet."""
+    import subprocess
+    import sys
+    code = ("from kwire.confluent import *\n"
+            "import kwire.confluent as ck\n"
+            "assert admin is ck.admin and ck.admin.AdminClient.__name__ == 'AdminClient'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_consumer_error_cb_all_brokers_down():
     seen = []
     c = _consumer(error_cb=lambda e: seen.append(e))

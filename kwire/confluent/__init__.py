@@ -21,6 +21,8 @@ What differs from confluent-kafka, and why:
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import __version__ as _kwire_version
 from ._admin_types import (
     ConsumerGroupState,
@@ -126,9 +128,9 @@ def libversion() -> tuple[str, int]:
             _version_int(_FOLLOWS_LIBRDKAFKA))
 
 
-# Left unannotated: annotated, mypy resolves the stub-less kwire.confluent._message through it.
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name == "admin":
-        from . import admin
-        return admin
+        # (not ``from . import admin``: that asks this function for ``admin`` again, forever)
+        import importlib
+        return importlib.import_module(f"{__name__}.admin")
     raise AttributeError(f"module 'kwire.confluent' has no attribute {name!r}")

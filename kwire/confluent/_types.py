@@ -510,7 +510,7 @@ _wrap, _wrap_list, _make = _pure_wrap, _pure_wrap_list, _pure_make
 MESSAGE_IMPLEMENTATION = "python"
 if not _impl._pure:
     try:
-        from . import _message
+        import kwire.confluent._message as _message
     except ImportError as exc:
         if _impl._required:
             raise ImportError(f"kwire.confluent._message (compiled) failed to import: {exc}") from exc
