@@ -168,6 +168,20 @@ def _headers(pa, np, columns, n, typ):
     return pa.Array.from_buffers(typ, n, [None, offsets], children=[entries])
 
 
+def _constant(pa, np, value, typ, rows):
+    """``value`` repeated ``rows`` times as an Arrow array of ``typ`` (string and integer types
+    laid out with numpy: several times faster than pyarrow.repeat)."""
+    if pa.types.is_integer(typ):
+        data = np.full(rows, value, dtype=typ.to_pandas_dtype())
+        return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(data)])
+    if typ == pa.string() and isinstance(value, str):
+        raw = value.encode()
+        if rows * len(raw) <= 0x7FFFFFFF:
+            ends = np.arange(rows + 1, dtype=np.int32) * len(raw)
+            return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(ends), pa.py_buffer(raw * rows)])
+    return pa.repeat(pa.scalar(value, typ), rows)
+
+
 def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition: int | None = None,
              lo: int | None = None, until: int | None = None, schema: Any = None) -> Any:
     """A ``pyarrow.RecordBatch`` over the buffers of :func:`decode_columns` (no copies of the
@@ -203,26 +217,30 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
         rows = max(stop - first, 0)
     whole = first == 0 and rows == n
 
-    def fixed(name, dtype, typ):
-        # a fixed-width column as typ: zero-copy when typ is its own type, else converted
-        # (only the rows kept)
-        col = np.frombuffer(columns[name], dtype=dtype, count=n)[first:first + rows]
+    def fixed(name, own, typ):
+        # a fixed-width column as typ: zero-copy when typ is its own type (own), else
+        # converted (only the rows kept)
+        if typ is None or typ == own:
+            arr = pa.Array.from_buffers(own, n, [None, pa.py_buffer(columns[name])])
+            return arr if whole else arr.slice(first, rows)
+        col = np.frombuffer(columns[name], dtype=own.to_pandas_dtype() if name != "timestamp"
+                            else np.int64, count=n)[first:first + rows]
         if name == "timestamp":
             if typ.unit not in _TIMESTAMP_FACTOR:
                 raise ValueError(f"timestamp unit {typ.unit!r} is not ms, us or ns")
             if typ.unit != "ms":
                 col = col * _TIMESTAMP_FACTOR[typ.unit]
-        elif np.dtype(typ.to_pandas_dtype()) != col.dtype:
+        else:
             col = col.astype(typ.to_pandas_dtype())
         return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(col)])
 
     def column(name, typ):
         if name == "offset":
-            return fixed(name, np.int64, typ or pa.int64())
+            return fixed(name, pa.int64(), typ)
         if name == "timestamp":
-            return fixed(name, np.int64, typ or pa.timestamp("ms", tz="UTC"))
+            return fixed(name, pa.timestamp("ms", tz="UTC"), typ)
         if name in ("timestamp_type", "timestampType"):
-            return fixed("timestamp_type", np.int8, typ or pa.int8())
+            return fixed("timestamp_type", pa.int8(), typ)
         if name in ("key", "value"):
             arr = _binary(pa, np, pa.binary(), n, columns[name + "_offsets"], columns[name + "_data"],
                           columns[name + "_valid"])
@@ -232,8 +250,7 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
             value = topic if name == "topic" else partition
             if value is None:
                 raise ValueError(f"the schema has a {name} column: give {name}=")
-            return pa.repeat(pa.scalar(value, typ or (pa.string() if name == "topic" else pa.int32())),
-                             rows)
+            return _constant(pa, np, value, typ or (pa.string() if name == "topic" else pa.int32()), rows)
         else:
             raise ValueError(f"no record column is called {name!r}")
         return arr if whole else arr.slice(first, rows)
