@@ -732,6 +732,23 @@ def test_columns_layout(codec):
     assert cols["header_offsets"][n] == m
 
 
+def test_decode_columns_ranges_join_the_runs(codec):
+    # runs of compressed and plain batches (the read_committed filter's byte ranges) decoded
+    # into one set of columns; in the worker mode a worker decompresses each run's batches
+    from kwire.records import record_runs
+
+    recs = [(b"k%d" % i, b"v%d" % i * 50, [("h", b"%d" % i)] if i % 3 else [], 1_000 + i)
+            for i in range(40)]
+    kinds = ["zstd", "zstd", "none", "lz4", "lz4", "gzip", "zstd", "zstd", "none"]
+    data = b"".join(codec.build_batch(recs, 40 * i, c) for i, c in enumerate(kinds))
+    runs = record_runs(codec.scan_spans(data), {2, 5})
+    assert len(runs) == 3
+    want = [t[:6] for t in tuples(codec.iter_records(data, ranges=runs))]
+    assert [t[0] for t in want] == [o for i in (0, 1, 3, 4, 6, 7, 8) for o in range(40 * i, 40 * i + 40)]
+    assert column_tuples(codec.decode_columns(data, ranges=runs)) == want
+    assert column_tuples(codec.decode_columns(memoryview(data), False, ranges=iter(runs))) == want
+
+
 def test_to_arrow(codec):
     pa = pytest.importorskip("pyarrow")
     from kwire.records import to_arrow
