@@ -160,6 +160,8 @@ def _headers(pa, np, columns, n, typ):
         entries = pa.StructArray.from_arrays([hkey, hvalue], names=["key", "value"])
         typ = pa.list_(entries.type)
     else:
+        if not pa.types.is_list(typ) or not pa.types.is_struct(typ.value_type):
+            raise ValueError(f"the headers column cannot be {typ} (a list of struct<key, value>)")
         entry = typ.value_type
         hkey = _binary(pa, np, entry.field("key").type, m, columns["header_key_offsets"],
                        columns["header_key_data"], None)
@@ -197,10 +199,9 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
     offsets of a record set only grow, so this is one binary search per end and a zero-copy
     slice).
 
-    ``schema``: build these columns instead, in its order and with its types (the fields
-    must say ``nullable`` where a column can hold nulls).  A field is one of the columns
-    above by name (``timestampType``, as Spark's Kafka source spells it, is
-    ``timestamp_type``); ``timestamp`` may be in ms, us or ns, ``offset``/``timestamp_type``
+    ``schema``: build these columns instead, in its order and with its types.  A field is
+    one of the columns above by name (``timestampType``, as Spark's Kafka source spells it,
+    is ``timestamp_type``); ``timestamp`` may be in ms, us or ns, ``offset``/``timestamp_type``
     any integer type, ``topic``/``partition`` any type their value converts to, and
     ``headers`` a list of struct<key, value> whose key type (string or binary) is taken as
     the schema says: string keys are not checked for UTF-8 here.
@@ -226,8 +227,8 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
         col = np.frombuffer(columns[name], dtype=own.to_pandas_dtype() if name != "timestamp"
                             else np.int64, count=n)[first:first + rows]
         if name == "timestamp":
-            if typ.unit not in _TIMESTAMP_FACTOR:
-                raise ValueError(f"timestamp unit {typ.unit!r} is not ms, us or ns")
+            if not pa.types.is_timestamp(typ) or typ.unit not in _TIMESTAMP_FACTOR:
+                raise ValueError(f"the timestamp column cannot be {typ} (a timestamp in ms, us or ns)")
             if typ.unit != "ms":
                 col = col * _TIMESTAMP_FACTOR[typ.unit]
         else:

@@ -812,7 +812,9 @@ def test_to_arrow_slices_and_takes_a_schema(codec):
                              "partition": [-1, -1], "timestamp_type": [0, 0], "topic": ["é", "é"]}
     for bad, kwargs in ((pa.schema([("bogus", pa.int64())]), {}),
                         (pa.schema([("topic", pa.string())]), {}),
-                        (pa.schema([("timestamp", pa.timestamp("s"))]), {})):
+                        (pa.schema([("timestamp", pa.timestamp("s"))]), {}),
+                        (pa.schema([("timestamp", pa.int64())]), {}),
+                        (pa.schema([("headers", pa.binary())]), {})):
         with pytest.raises(ValueError):
             to_arrow(cols, schema=bad, **kwargs)
 
