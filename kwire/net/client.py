@@ -64,7 +64,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .. import __version__
 from ..config import Config, parse_config
 from ..errors import (
     AuthenticationError,
@@ -73,27 +72,29 @@ from ..errors import (
     KafkaTimeoutError,
     KwireError,
     ProtocolError,
-    TrailingBytesError,
     UnsupportedVersionError,
-    for_code,
 )
 from ..protocol import api as _api
 from . import sasl as _sasl
 from . import tls as _tls
 from .connection import SETUP_STATES, Connection, ConnState, InFlight, backoff_ms
+from .handshake import (
+    API_VERSIONS,
+    ApiVersionsNegotiation,
+    SetupRequest,
+    choose_version,
+    decode_body,
+)
 from .metadata import Metadata
+from .sasl_exchange import SaslExchange
 
 __all__ = ["NetworkClient", "InFlight", "now_ms"]
 
 protocol_log = logging.getLogger("kwire.protocol")
 _log = logging.getLogger("kwire.net")
 
-_API_VERSIONS = _api.api("ApiVersions")
 _METADATA = _api.api("Metadata")
 _PRODUCE = _api.api("Produce")
-_SASL_HANDSHAKE = _api.api("SaslHandshake")
-_SASL_AUTHENTICATE = _api.api("SaslAuthenticate")
-_UNSUPPORTED_SASL_MECHANISM = 33
 _CLOSED_DURING = {
     ConnState.TLS_HANDSHAKE: " during the TLS handshake",
     # Brokers close the connection, rather than answer, on some SASL failures (Kafka before
@@ -101,13 +102,7 @@ _CLOSED_DURING = {
     ConnState.AUTHENTICATING: " during SASL authentication (is sasl.mechanism enabled on the broker?)",
     ConnState.REAUTHENTICATING: " during SASL re-authentication",
 }
-# Re-authenticate after this share of the broker's session lifetime, less up to 5% jitter (Java's
-# client: 85-95%).  Requests written before it still reach the broker in time.
-_REAUTH_SHARE = 0.9
-_UNSUPPORTED_VERSION = 35
-_I16 = struct.Struct(">h")
 
-_MAX_ZERO_PADDING = 2
 SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled receive buffers
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
 _READ_CHUNK_BYTES = 256 * 1024
@@ -535,26 +530,8 @@ class NetworkClient:
 
     def _choose_version(self, conn: Connection, a, requested: int | None,
                         caps: tuple[int | None, int | None] = (None, None)) -> int:
-        broker = (conn.api_versions or {}).get(a.key)
-        if broker is None:
-            raise UnsupportedVersionError(f"broker node {conn.node_id} ({conn.address}) does not support {a.name}")
-        lo = max(a.min_version, broker[0])
-        hi = min(a.max_version, broker[1])
-        if caps[0] is not None:
-            lo = max(lo, caps[0])
-        if caps[1] is not None:
-            hi = min(hi, caps[1])
-        if requested is not None:
-            if not lo <= requested <= hi:
-                raise UnsupportedVersionError(
-                    f"{a.name} v{requested} is not supported: kwire knows v{a.min_version}-{a.max_version}, "
-                    f"node {conn.node_id} v{broker[0]}-{broker[1]}")
-            return requested
-        if lo > hi:
-            raise UnsupportedVersionError(
-                f"no common {a.name} version: kwire knows v{a.min_version}-{a.max_version}, "
-                f"node {conn.node_id} v{broker[0]}-{broker[1]}")
-        return hi
+        return choose_version(conn.api_versions, a, requested, caps, node_id=conn.node_id,
+                              address=conn.address)
 
     def _flush_queue(self, conn: Connection, now: int) -> None:
         """Encode the queued requests of a ready connection into its write buffer."""
@@ -784,7 +761,7 @@ class NetworkClient:
             self._tls_handshake(conn, now)
             return
         conn.connected(now)
-        self._send_api_versions(conn, _API_VERSIONS.max_version, now)
+        self._negotiate(conn, now)
 
     # --- TLS ----------------------------------------------------------------------------------
     def _tls_handshake(self, conn: Connection, now: int) -> None:
@@ -804,7 +781,7 @@ class NetworkClient:
         _log.debug("node %s (%s): %s established (%s)", conn.node_id, conn.address, conn.tls.version,
                    (conn.tls.cipher() or ("?",))[0])
         conn.tls_established(now)
-        self._send_api_versions(conn, _API_VERSIONS.max_version, now)
+        self._negotiate(conn, now)
 
     def _on_tls_bytes(self, conn: Connection, data, now: int) -> bool:
         """Ciphertext from the socket: advance the handshake or decrypt and frame; False if the
@@ -845,20 +822,18 @@ class NetworkClient:
             self._skip_abandoned(conn)
         return conn.sock is not None
 
-    # --- setup requests: ApiVersions, SaslHandshake, SaslAuthenticate ----------------------------
-    def _send_setup(self, conn: Connection, a, version: int, body: dict, now: int, *,
-                    timeout_ms: int | None = None) -> None:
-        f = InFlight(a, body, node_id=conn.node_id, version=version,
-                     timeout_ms=self.setup_timeout_ms if timeout_ms is None else timeout_ms,
+    # --- set-up requests: the exchanges of kwire.net.handshake and kwire.net.sasl_exchange ---------
+    def _send_setup(self, conn: Connection, req: SetupRequest, now: int) -> None:
+        f = InFlight(req.api, req.body, node_id=conn.node_id, version=req.version,
+                     timeout_ms=self.setup_timeout_ms if req.timeout_ms is None else req.timeout_ms,
                      now_ms=now, internal=True)
         conn.handshake = f
-        self._write_request(conn, f, version, now)
+        self._write_request(conn, f, req.version, now)
         self._try_write(conn, now)
 
-    def _send_api_versions(self, conn: Connection, version: int, now: int) -> None:
-        conn.handshake_version = version
-        body = {"client_software_name": "kwire", "client_software_version": __version__}
-        self._send_setup(conn, _API_VERSIONS, version, body, now)
+    def _negotiate(self, conn: Connection, now: int) -> None:
+        conn.negotiation = ApiVersionsNegotiation(conn.node_id)
+        self._send_setup(conn, conn.negotiation.request(), now)
 
     def _start_sasl(self, conn: Connection, now: int, *, reauth: bool = False) -> None:
         """SaslHandshake v1 naming the mechanism, after ApiVersions -- or, with ``reauth``, on a
@@ -867,100 +842,47 @@ class NetworkClient:
         if reauth:
             _log.debug("node %s (%s): SASL session lifetime ending; re-authenticating (%d in flight)",
                        conn.node_id, conn.address, len(conn.in_flight))
-        versions = conn.api_versions or {}
-        hs = versions.get(_SASL_HANDSHAKE.key)
-        if hs is None or hs[1] < 1 or _SASL_AUTHENTICATE.key not in versions:
-            raise AuthenticationError(
-                f"node {conn.node_id} ({conn.address}) does not offer SaslHandshake v1 and "
-                f"SaslAuthenticate: is it a SASL listener (security.protocol="
-                f"{self.config.security_protocol})?")
         cfg = self.config
-        conn.authenticating(now, _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"],
-                                                     cfg["sasl.password"]), reauth=reauth)
-        self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now,
-                         timeout_ms=self.request_timeout_ms if reauth else None)
+        mechanism, user = self._sasl_mechanism, cfg["sasl.username"]
+        exchange = SaslExchange(lambda: _sasl.new_mechanism(mechanism, user, cfg["sasl.password"]),
+                                user, node_id=conn.node_id, address=conn.address,
+                                security_protocol=cfg.security_protocol, reauth=reauth,
+                                reauth_timeout_ms=self.request_timeout_ms, rng=self._rng)
+        req = exchange.start(conn.api_versions or {})
+        conn.authenticating(now, exchange, reauth=reauth)
+        self._send_setup(conn, req, now)
 
-    def _on_sasl_response(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
-        body = _decode_body(f._api, f.version, payload)
-        self._complete(f, body, now, conn, len(payload) + 4)
-        mech = conn.sasl
-        code = body["error_code"]
-        where = f"node {conn.node_id} ({conn.address})"
-        if f.api_key == _SASL_HANDSHAKE.key:
-            if code == _UNSUPPORTED_SASL_MECHANISM:
-                offered = ", ".join(body.get("mechanisms") or []) or "none"
-                raise AuthenticationError(f"{where} does not enable SASL mechanism {mech.name} "
-                                          f"(sasl.mechanism); it offers: {offered}")
-            if code != 0:
-                raise AuthenticationError(f"{where} refused SaslHandshake: {for_code(code)}")
-            self._send_sasl_authenticate(conn, mech.initial(), now)
-            return
-        user = self.config["sasl.username"]
-        if code != 0:
-            raise AuthenticationError(f"SASL {mech.name} authentication as {user!r} failed at {where}: "
-                                      f"{for_code(code, body.get('error_message'))}")
-        try:
-            reply = mech.step(body["auth_bytes"])
-        except AuthenticationError as exc:
-            raise AuthenticationError(f"SASL authentication as {user!r} failed at {where}: {exc}") from None
-        if not mech.done:
-            self._send_sasl_authenticate(conn, reply, now)
-            return
-        lifetime = body.get("session_lifetime_ms") or 0
-        conn.sasl_session_lifetime_ms = lifetime
-        _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
-                   conn.address, mech.name, lifetime or "unlimited")
-        # The broker's clock started between our request and its answer: count from the request.
-        sent_ms = f.sent_ms if f.sent_ms is not None else now
-        reauth_at_ms = sent_ms + int(lifetime * _REAUTH_SHARE * self._rng.uniform(0.95, 1.0)) if lifetime > 0 else 0
-        self._become_ready(conn, now, reauth_at_ms)
-
-    def _send_sasl_authenticate(self, conn: Connection, auth_bytes: bytes, now: int) -> None:
-        version = self._choose_version(conn, _SASL_AUTHENTICATE, None)
-        self._send_setup(conn, _SASL_AUTHENTICATE, version, {"auth_bytes": auth_bytes}, now)
+    def _on_setup_answer(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
+        """The answer to the set-up request in flight: trace it, then send the next one or
+        become ready.  Raises what closes the connection (AuthenticationError or KwireError)."""
+        if f.api_key == API_VERSIONS.key:
+            step = conn.negotiation.on_answer(payload)
+        else:
+            step = conn.sasl.on_answer(f.api_key, f.version, payload,
+                                       sent_ms=f.sent_ms if f.sent_ms is not None else now)
+        self._complete(f, step.body, now, conn, len(payload) + 4)
+        if step.error is not None:
+            raise step.error
+        if step.send is not None:
+            self._send_setup(conn, step.send, now)
+        elif step.api_versions is not None:
+            conn.api_versions = step.api_versions
+            _log.debug("node %s (%s): ApiVersions v%d answered", conn.node_id, conn.address, f.version)
+            if self._sasl_mechanism is not None:
+                self._start_sasl(conn, now)
+            else:
+                self._become_ready(conn, now)
+        elif step.authenticated:
+            conn.sasl_session_lifetime_ms = step.session_lifetime_ms
+            _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
+                       conn.address, conn.sasl.name, step.session_lifetime_ms or "unlimited")
+            self._become_ready(conn, now, step.reauth_at_ms)
 
     def _become_ready(self, conn: Connection, now: int, reauth_at_ms: int = 0) -> None:
         self._authentication_error = None
         conn.become_ready(now, reauth_at_ms)
         if conn.queue:
             self._flush_queue(conn, now)
-
-    def _on_api_versions(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
-        """The handshake's answer.
-
-        KIP-511: a broker that does not know our ApiVersions version answers UNSUPPORTED_VERSION
-        with a v0-format body listing (at least) its ApiVersions range; we retry with the newest
-        version both know.  Quirk: librdkafka's mock cluster (2.x) answers that error with a body
-        that is neither v0 nor flexible (a one-byte array count, a throttle time); when the error
-        body does not parse as v0 we simply step down one version and ask again.
-        """
-        error_code = _I16.unpack_from(payload, 4)[0] if len(payload) >= 6 else -1
-        if error_code == _UNSUPPORTED_VERSION:
-            try:
-                body = _api.decode_response(_API_VERSIONS, 0, payload).body
-                theirs = next((k["max_version"] for k in body["api_keys"]
-                               if k["api_key"] == _API_VERSIONS.key), None)
-            except KwireError:
-                body = {"error_code": error_code, "api_keys": []}
-                theirs = None
-            self._complete(f, body, now, conn, len(payload) + 4)
-            retry = f.version - 1 if theirs is None else min(_API_VERSIONS.max_version, theirs, f.version - 1)
-            if retry < 0:
-                raise ProtocolError(f"node {conn.node_id} supports no ApiVersions version kwire knows")
-            _log.debug("node %s: ApiVersions v%d unsupported; retrying with v%d", conn.node_id, f.version, retry)
-            self._send_api_versions(conn, retry, now)
-            return
-        body = _api.decode_response(_API_VERSIONS, f.version, payload).body
-        self._complete(f, body, now, conn, len(payload) + 4)
-        if body["error_code"] != 0:
-            from ..errors import for_code
-            raise for_code(body["error_code"], f"ApiVersions v{f.version} refused by node {conn.node_id}")
-        conn.api_versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-        _log.debug("node %s (%s): ApiVersions v%d answered", conn.node_id, conn.address, f.version)
-        if self._sasl_mechanism is not None:
-            self._start_sasl(conn, now)
-        else:
-            self._become_ready(conn, now)
 
     def _close_conn(self, conn: Connection, error: KwireError, now: int, *, failure: bool = True) -> None:
         sock, was, lost, handshake = conn.shut(now, error, failure=failure, next_attempt_ms=lambda n: backoff_ms(
@@ -1131,10 +1053,7 @@ class NetworkClient:
             f.raw = bytes(payload)
         if f is conn.handshake:
             try:
-                if f.api_key == _API_VERSIONS.key:
-                    self._on_api_versions(conn, f, payload, now)
-                else:
-                    self._on_sasl_response(conn, f, payload, now)
+                self._on_setup_answer(conn, f, payload, now)
             except AuthenticationError as exc:
                 _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
                 self._close_conn(conn, exc, now)
@@ -1144,7 +1063,7 @@ class NetworkClient:
                 return False
             return conn.sock is not None
         try:
-            body = _decode_body(f._api, f.version, payload)
+            body = decode_body(f._api, f.version, payload)
         except KwireError as exc:
             self._fail(f, ProtocolError(f"cannot decode {f.api} v{f.version} response from node "
                                         f"{conn.node_id}: {exc}") if not isinstance(exc, ProtocolError) else exc)
@@ -1356,29 +1275,6 @@ class NetworkClient:
             protocol_log.debug("%s node=%s %s->%s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
                                event["local_address"], conn.address, f.api, f.version, f.correlation_id,
                                event["size_bytes"], rtt, _one_line(_summarize(_redact(_as_sent(f, direction, body)))))
-
-
-def _decode_body(a, version: int, payload) -> dict:
-    """Decode a response payload, strictly -- with one tolerated quirk.
-
-    librdkafka's mock cluster (2.x) ends flexible responses with one extra empty tagged-field
-    section (a lone 0x00 after the body).  Trailing bytes that are all zero, at most
-    :data:`_MAX_ZERO_PADDING` of them, are therefore ignored; anything else left over is still a
-    TrailingBytesError.
-    """
-    try:
-        return _api.decode_response(a, version, payload).body
-    except TrailingBytesError:
-        if not a.is_flexible(version):
-            raise
-        for pad in range(1, _MAX_ZERO_PADDING + 1):
-            if len(payload) <= pad or payload[-pad] != 0:
-                break
-            try:
-                return _api.decode_response(a, version, memoryview(payload)[:-pad]).body
-            except TrailingBytesError:
-                continue
-        raise
 
 
 def _auth_error(conns) -> AuthenticationError | None:

@@ -29,10 +29,14 @@ import random
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KwireError
 from .framing import FrameReader
+
+if TYPE_CHECKING:
+    from .handshake import ApiVersionsNegotiation
+    from .sasl_exchange import SaslExchange
 
 
 class ConnState(enum.Enum):
@@ -176,8 +180,8 @@ class Connection:
         #                                              skipped by the reader (an abandoned one)
         self.out: deque[list[Any]] = deque()  # [memoryview, InFlight | None] not yet written
         self.api_versions: dict[int, tuple[int, int]] | None = None
-        self.handshake: InFlight | None = None
-        self.handshake_version = -1
+        self.handshake: InFlight | None = None  # the set-up request in flight
+        self.negotiation: ApiVersionsNegotiation | None = None  # the ApiVersions exchange (NEGOTIATING)
         self.failures = 0  # consecutive failed attempts
         self.setup_stalls = 0  # consecutive attempts given up for making no progress in setup
         self.next_attempt_ms = 0
@@ -187,7 +191,7 @@ class Connection:
         self.write_registered = False
         self.addr_index = 0  # which getaddrinfo result to try next
         self.tls = None  # TlsSession while connected with TLS
-        self.sasl = None  # the SASL mechanism during AUTHENTICATING
+        self.sasl: SaslExchange | None = None  # the SASL exchange during (RE)AUTHENTICATING
         self.sasl_session_lifetime_ms = 0  # KIP-368: the broker's answer, 0 = no limit
         self.reauth_at_ms = 0  # when to re-authenticate (KIP-368; 0 = never)
         self.reauthentications = 0  # completed in-band re-authentications of this connection
@@ -237,17 +241,18 @@ class Connection:
     def tls_established(self, now_ms: int) -> None:
         self.transition(ConnState.NEGOTIATING, now_ms)
 
-    def authenticating(self, now_ms: int, mechanism: Any, *, reauth: bool = False) -> None:
+    def authenticating(self, now_ms: int, exchange: SaslExchange, *, reauth: bool = False) -> None:
         """A SASL exchange begins: after ApiVersions, or (KIP-368) on a READY connection whose
         session is ending."""
         self.transition(ConnState.REAUTHENTICATING if reauth else ConnState.AUTHENTICATING, now_ms)
-        self.sasl = mechanism
+        self.sasl = exchange
 
     def become_ready(self, now_ms: int, reauth_at_ms: int = 0) -> None:
         """Set up (or re-authenticated): requests may go; the failure counts start over."""
         if self.state is ConnState.REAUTHENTICATING:
             self.reauthentications += 1
         self.handshake = None
+        self.negotiation = None
         self.sasl = None
         self.reauth_at_ms = reauth_at_ms
         self.transition(ConnState.READY, now_ms)
@@ -286,6 +291,7 @@ class Connection:
         self.abandoned = {}
         self.discarding = None
         self.handshake = None
+        self.negotiation = None
         self.write_registered = False
         self.tls = None
         self.sasl = None
