@@ -50,15 +50,8 @@ connection that sends anything else during re-authentication or after its sessio
 """
 from __future__ import annotations
 
-import errno
-import itertools
 import logging
-import os
 import random
-import selectors
-import socket
-import struct
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -77,7 +70,7 @@ from ..errors import (
 from ..protocol import api as _api
 from . import sasl as _sasl
 from . import tls as _tls
-from .connection import SETUP_STATES, Connection, ConnState, InFlight, backoff_ms
+from .connection import Connection, ConnState, InFlight, backoff_ms
 from .handshake import (
     API_VERSIONS,
     ApiVersionsNegotiation,
@@ -86,7 +79,11 @@ from .handshake import (
     decode_body,
 )
 from .metadata import Metadata
+from .nodes import GROUP_NODE_BASE, Nodes, auth_error, parse_bootstrap  # noqa: F401 (GROUP_NODE_BASE)
 from .sasl_exchange import SaslExchange
+from .timers import Close, Expire, Reauthenticate, Timeouts
+from .trace import trace
+from .transport import LinkEvents, Transport, now_ms
 
 __all__ = ["NetworkClient", "InFlight", "now_ms"]
 
@@ -95,113 +92,13 @@ _log = logging.getLogger("kwire.net")
 
 _METADATA = _api.api("Metadata")
 _PRODUCE = _api.api("Produce")
-_CLOSED_DURING = {
-    ConnState.TLS_HANDSHAKE: " during the TLS handshake",
-    # Brokers close the connection, rather than answer, on some SASL failures (Kafka before
-    # 1.0; Tansu for a mechanism it does not enable).
-    ConnState.AUTHENTICATING: " during SASL authentication (is sasl.mechanism enabled on the broker?)",
-    ConnState.REAUTHENTICATING: " during SASL re-authentication",
-}
-
 SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled receive buffers
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
-_READ_CHUNK_BYTES = 256 * 1024
-_MAX_READS_PER_EVENT = 64  # then let other connections have a turn
-# The rest of a large answer is read in one blocking call (MSG_WAITALL) with the GIL released,
-# for at most this long, instead of a recv per readiness event: a thread that blocks in a
-# system call must win the GIL back afterwards, and while another thread runs Python code that
-# takes up to the interpreter's switch interval (5 ms) -- a consumer's driver reading a 2 MB
-# Fetch answer that arrived in pieces went at the pace of the application's thread.
-WAITALL_TIMEOUT_S = 0.01
-_WAITALL = hasattr(socket, "MSG_WAITALL") and sys.platform.startswith("linux")
-GROUP_NODE_BASE = 2**31 - 1  # group_node(n) = GROUP_NODE_BASE - n
-_IOV_MAX = 512
 # Requests that only read: sending one again after a lost connection cannot change anything.
 RETRY_SAFE_APIS = frozenset({
     "ApiVersions", "Metadata", "ListOffsets", "Fetch", "OffsetFetch", "FindCoordinator",
     "DescribeGroups", "ListGroups", "OffsetForLeaderEpoch", "GetTelemetrySubscriptions",
 })
-
-_SECRET_KEYS = frozenset({"auth_bytes", "password", "sasl_password"})  # never traced nor logged
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def _summarize(value: Any, limit: int = 64) -> Any:
-    """A body fit for a log line: long bytes become "<N bytes>", secrets are masked."""
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if k in _SECRET_KEYS else _summarize(v, limit)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_summarize(v, limit) for v in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        n = len(value)
-        return bytes(value).hex() if n <= limit // 2 else f"<{n} bytes>"
-    return value
-
-
-def _local_address(conn: Connection) -> str | None:
-    """``host:port`` of the connection's own end, or None when it has no socket."""
-    sock = conn.sock
-    if sock is None:
-        return None
-    try:
-        host, port = sock.getsockname()[:2]
-    except OSError:
-        return None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _as_sent(f: InFlight, direction: str, body: Any) -> Any:
-    """A request body as its bytes carry it (encoded at the request's version and decoded
-    back: no field that version lacks), for ``debug=protocol``; answers are decoded already."""
-    if direction != "send" or not isinstance(body, dict) or f.version is None:
-        return body
-    try:
-        return _api.decode_request_body(f.api, f.version, _api.encode_request_body(f.api, f.version, body))
-    except (KwireError, KeyError, TypeError, ValueError):
-        return body
-
-
-PROTOCOL_LOG_BODY_CHARS = 200
-
-
-def _one_line(body: Any, limit: int = PROTOCOL_LOG_BODY_CHARS) -> str:
-    """The start of a body's repr for ``debug=protocol``: one line per frame, whatever the
-    body's size (``--trace`` shows whole bodies)."""
-    text = repr(body)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... (+{len(text) - limit} chars; --trace shows all)"
-
-
-def _redact(body: Any) -> Any:
-    if isinstance(body, dict) and _SECRET_KEYS.intersection(body):
-        return {k: ("<redacted>" if k in _SECRET_KEYS else v) for k, v in body.items()}
-    return body
-
-
-def _parse_bootstrap(servers: Iterable[str]) -> list[tuple[str, int]]:
-    out = []
-    for s in servers:
-        s = s.strip()
-        if not s:
-            continue
-        if "://" in s:  # "PLAINTEXT://host:port"
-            s = s.split("://", 1)[1]
-        if s.startswith("["):  # [v6addr]:port
-            host, _, port = s[1:].partition("]:")
-        else:
-            host, sep, port = s.rpartition(":")
-            if not sep:
-                host, port = s, "9092"
-        try:
-            out.append((host, int(port)))
-        except ValueError:
-            raise ConfigError(f"invalid value {s!r} in configuration property 'bootstrap.servers': "
-                              "expected host:port") from None
-    return out
 
 
 class NetworkClient:
@@ -231,13 +128,15 @@ class NetworkClient:
         self.reconnect_backoff_ms: int = cfg.reconnect_backoff_ms
         self.reconnect_backoff_max_ms: int = cfg.reconnect_backoff_max_ms
         self.max_frame_bytes: int = cfg.receive_message_max_bytes + FRAME_SLACK_BYTES
+        self._timeouts = Timeouts(request_timeout_ms=self.request_timeout_ms, setup_timeout_ms=self.setup_timeout_ms,
+                                  setup_stall_ms=self.setup_stall_ms)
         self.metadata = metadata or Metadata(cfg.metadata_max_age_ms, refresh_backoff_ms=cfg.retry_backoff_ms)
         self.auto_metadata = auto_metadata
         self.allow_auto_topic_creation = allow_auto_topic_creation
         if cfg.debug_enabled("protocol") and protocol_log.getEffectiveLevel() > logging.DEBUG:
             protocol_log.setLevel(logging.DEBUG)
-        self._bootstrap = _parse_bootstrap(cfg.bootstrap_servers)
-        if not self._bootstrap:
+        bootstrap = parse_bootstrap(cfg.bootstrap_servers)
+        if not bootstrap:
             raise ConfigError("configuration property 'bootstrap.servers' is required")
         protocol = cfg.security_protocol
         self._ssl_context = None
@@ -250,15 +149,12 @@ class NetworkClient:
                     raise ConfigError(f"configuration property {key!r} is required with "
                                       f"security.protocol={protocol}")
             self._sasl_mechanism = cfg["sasl.mechanism"].upper()
-        self._conns: dict[int, Connection] = {}
-        for i, (host, port) in enumerate(self._bootstrap):
-            node_id = -(i + 1)  # bootstrap connections have negative ids, like Java's client
-            self._conns[node_id] = Connection(node_id, host, port, self.max_frame_bytes)
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._nodes = Nodes(bootstrap, self.metadata, self.max_frame_bytes)
+        self._conns = self._nodes.conns  # node id -> Connection (owned by self._nodes)
+        self._transport = Transport(LinkEvents(
+            link_up=self._negotiate, frame=self._on_frame, close_conn=self._close_conn,
+            written=lambda conn, f, now: self._complete(f, None, now, conn),
+            protocol_failure=self._protocol_failure), self._ssl_context)
         self._pending_any: deque[InFlight] = deque()  # node_id=None requests awaiting a ready node
         self._completed: list[InFlight] = []  # user requests finished since the last poll()
         self._due_callbacks: deque[tuple[Callable[[InFlight], Any], InFlight]] = deque()
@@ -267,8 +163,6 @@ class NetworkClient:
         self._metadata_inflight: InFlight | None = None
         self._rng = random.Random()
         self._closed = False
-        self._read_buf = bytearray(_READ_CHUNK_BYTES)
-        self._read_view = memoryview(self._read_buf)
         self._authentication_error: AuthenticationError | None = None
 
     # === public API ======================================================================
@@ -338,10 +232,7 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         """Interrupt a blocking :meth:`poll` (thread-safe)."""
-        try:
-            self._wake_w.send(b"\x01")
-        except (BlockingIOError, OSError):
-            pass  # already pending, or closed
+        self._transport.wakeup()
 
     def api_version(self, node_id: int | None, api) -> int:
         """The version a request of ``api`` to ``node_id`` would use (connecting if needed)."""
@@ -364,13 +255,13 @@ class NetworkClient:
         start = now_ms()
         deadline = start + timeout_ms
         while True:
-            conn = self._ready_conn(node_id)
+            conn = self._nodes.ready(node_id)
             if conn is not None:
                 return conn
             now = now_ms()
             if now >= deadline:
                 break
-            target = self._connect_target(node_id, now)
+            target = self._nodes.connect_target(node_id, now)
             if node_id is not None:
                 if target is None:
                     raise KafkaConnectionError(f"unknown broker node {node_id}")
@@ -381,19 +272,19 @@ class NetworkClient:
                         raise KafkaConnectionError(f"cannot connect to node {node_id} ({target.address}): "
                                                    f"{target.last_error}")
                     if now >= target.next_attempt_ms:
-                        self._connect(target, now)
+                        self._transport.connect(target, now)
             elif target is not None and target.state is ConnState.DISCONNECTED:
-                self._connect(target, now)
+                self._transport.connect(target, now)
             elif target is None:
-                cands = self._candidates()
-                if all(c.last_failure_ms is not None and c.last_failure_ms > start for c in cands):
-                    auth = _auth_error(cands)
+                cands = self._nodes.all_failed_since(start)
+                if cands is not None:
+                    auth = auth_error(cands)
                     if auth is not None:
                         raise auth
-                    raise KafkaConnectionError("no broker reachable" + self._last_errors(None))
+                    raise KafkaConnectionError("no broker reachable" + self._nodes.last_errors(None))
             self._run(min(deadline - now, 20), until=None, quiet=True)
         raise KafkaTimeoutError(f"no connection to {'any broker' if node_id is None else f'node {node_id}'} "
-                                f"within {timeout_ms} ms{self._last_errors(node_id)}")
+                                f"within {timeout_ms} ms{self._nodes.last_errors(node_id)}")
 
     def refresh_metadata(self, topics: Iterable[str] | None = ..., timeout_ms: int | None = None, *,
                          allow_auto_topic_creation: bool | None = None) -> Metadata:
@@ -426,22 +317,10 @@ class NetworkClient:
         FindCoordinator named it, else from metadata), for a group coordinator's traffic: its
         JoinGroup may wait for a whole rebalance, and must not hold up the fetches on the
         broker's ordinary connection.  Like Kafka's Java client, the id is 2^31 - 1 - node_id."""
-        alias = GROUP_NODE_BASE - node_id
-        conn = self._conns.get(alias)
-        if host is None or port is None:
-            b = self.metadata.broker(node_id)
-            if b is None:
-                return alias if conn is not None else node_id
-            host, port = b.host, b.port
-        if conn is None:
-            conn = self._conns[alias] = Connection(alias, host, port, self.max_frame_bytes)
-            conn.dedicated = True
-        elif (conn.host, conn.port) != (host, port) and conn.state is ConnState.DISCONNECTED:
-            conn.host, conn.port = host, port
-        return alias
+        return self._nodes.group_node(node_id, host, port)
 
     def least_loaded_node(self) -> int | None:
-        conn = self._least_loaded_ready()
+        conn = self._nodes.least_loaded_ready()
         return None if conn is None else conn.node_id
 
     def is_ready(self, node_id: int) -> bool:
@@ -483,13 +362,7 @@ class NetworkClient:
         while self._pending_any:
             self._fail(self._pending_any.popleft(), err)
         self._run_callbacks()
-        try:
-            self._selector.unregister(self._wake_r)
-        except (KeyError, ValueError):
-            pass
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._transport.close()
 
     def __enter__(self):
         return self
@@ -516,13 +389,10 @@ class NetworkClient:
         if node_id is None:
             self._pending_any.append(f)
             return f
-        conn = self._conns.get(node_id)
+        conn = self._nodes.broker(node_id)
         if conn is None:
-            broker = self.metadata.broker(node_id)
-            if broker is None:
-                self._fail(f, KafkaConnectionError(f"unknown broker node {node_id} (not in metadata)"))
-                return f
-            conn = self._conns[node_id] = Connection(node_id, broker.host, broker.port, self.max_frame_bytes)
+            self._fail(f, KafkaConnectionError(f"unknown broker node {node_id} (not in metadata)"))
+            return f
         conn.queue.append(f)
         if conn.ready:
             self._flush_queue(conn, now)
@@ -548,7 +418,7 @@ class NetworkClient:
                 self._fail(f, exc)
                 continue
             self._write_request(conn, f, version, now)
-        self._try_write(conn, now)
+        self._transport.write(conn, now)
 
     def _write_request(self, conn: Connection, f: InFlight, version: int, now: int) -> None:
         f.version = version
@@ -605,7 +475,7 @@ class NetworkClient:
                 wait_ms = 0
             else:
                 wait_ms = max(0, min(remaining, self._next_timer_ms(now) - now))
-            woken = self._select(wait_ms / 1000.0)
+            woken = self._transport.select(wait_ms / 1000.0)
             now = now_ms()
             self._check_timeouts(now)
             self._run_callbacks()
@@ -623,10 +493,10 @@ class NetworkClient:
                 if conn.ready:
                     self._flush_queue(conn, now)
                 elif conn.state is ConnState.DISCONNECTED and now >= conn.next_attempt_ms:
-                    self._connect(conn, now)
+                    self._transport.connect(conn, now)
             if conn.out and conn.sock is not None and \
                     conn.state not in (ConnState.CONNECTING, ConnState.DISCONNECTED):
-                self._try_write(conn, now)
+                self._transport.write(conn, now)
 
     def _send_metadata_refresh(self, now: int) -> None:
         md = self.metadata
@@ -652,59 +522,10 @@ class NetworkClient:
         topics = (f.body or {}).get("topics")
         asked_all = topics is None or (f.version == 0 and not topics)
         self.metadata.update(body, now, all_topics=asked_all)
-        for b in self.metadata.brokers.values():
-            conn = self._conns.get(b.node_id)
-            if conn is not None and (conn.host, conn.port) != (b.host, b.port) and \
-                    conn.state is ConnState.DISCONNECTED:
-                conn.host, conn.port = b.host, b.port
-
-    # --- choosing a node for node_id=None ---------------------------------------------------
-    def _least_loaded_ready(self) -> Connection | None:
-        best = None
-        for conn in self._conns.values():
-            if conn.ready and not conn.dedicated and (best is None or conn.load < best.load):
-                best = conn
-        return best
-
-    def _ready_conn(self, node_id: int | None) -> Connection | None:
-        if node_id is None:
-            return self._least_loaded_ready()
-        conn = self._conns.get(node_id)
-        return conn if conn is not None and conn.ready else None
-
-    def _candidates(self) -> list[Connection]:
-        """Connections worth trying for node_id=None: known brokers first, then bootstrap."""
-        out = []
-        for b in self.metadata.brokers.values():
-            conn = self._conns.get(b.node_id)
-            if conn is None:
-                conn = self._conns[b.node_id] = Connection(b.node_id, b.host, b.port, self.max_frame_bytes)
-            out.append(conn)
-        out.extend(c for nid, c in self._conns.items() if nid < 0)
-        return out
-
-    def _connect_target(self, node_id: int | None, now: int) -> Connection | None:
-        if node_id is not None:
-            conn = self._conns.get(node_id)
-            if conn is None:
-                broker = self.metadata.broker(node_id)
-                if broker is None:
-                    return None
-                conn = self._conns[node_id] = Connection(node_id, broker.host, broker.port, self.max_frame_bytes)
-            return conn
-        cands = self._candidates()
-        for conn in cands:
-            if conn.state in SETUP_STATES or conn.state is ConnState.REAUTHENTICATING:
-                return conn
-        # Bootstrap servers (and brokers) are tried in turn: the first not backing off.
-        usable = [c for c in cands if c.state is ConnState.DISCONNECTED and now >= c.next_attempt_ms]
-        if usable:
-            usable.sort(key=lambda c: (c.failures, c.last_failure_ms or 0))
-            return usable[0]
-        return None
+        self._nodes.learn_addresses()
 
     def _dispatch_any(self, now: int) -> None:
-        conn = self._least_loaded_ready()
+        conn = self._nodes.least_loaded_ready()
         if conn is not None:
             while self._pending_any:
                 f = self._pending_any.popleft()
@@ -712,115 +533,21 @@ class NetworkClient:
                     conn.queue.append(f)
             self._flush_queue(conn, now)
             return
-        target = self._connect_target(None, now)
+        target = self._nodes.connect_target(None, now)
         if target is not None and target.state is ConnState.DISCONNECTED:
-            self._connect(target, now)
+            self._transport.connect(target, now)
             return
         if target is None:
             # Everyone is backing off.  Requests that have seen every candidate fail since they
             # were queued fail now; the others wait (their deadline still applies).
-            cands = self._candidates()
+            cands = self._nodes.candidates()
             for f in list(self._pending_any):
                 # Strictly after: a failure in the very millisecond the request was made may
                 # belong to an older connection (one the caller just saw die).
                 if all(c.last_failure_ms is not None and c.last_failure_ms > f.created_ms for c in cands):
                     self._pending_any.remove(f)
-                    self._fail(f, _auth_error(cands) or KafkaConnectionError(
+                    self._fail(f, auth_error(cands) or KafkaConnectionError(
                         "no broker reachable: " + "; ".join(f"{c.address}: {c.last_error}" for c in cands)))
-
-    # --- connecting ---------------------------------------------------------------------------
-    def _connect(self, conn: Connection, now: int) -> None:
-        conn.connecting(now)
-        try:
-            infos = socket.getaddrinfo(conn.host, conn.port, type=socket.SOCK_STREAM)
-            family, _, proto, _, addr = infos[conn.addr_index % len(infos)]
-            conn.addr_index += 1
-            sock = socket.socket(family, socket.SOCK_STREAM, proto)
-        except OSError as exc:
-            self._close_conn(conn, KafkaConnectionError(f"cannot resolve {conn.address}: {exc}"), now)
-            return
-        sock.setblocking(False)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-        conn.attach(sock)
-        err = sock.connect_ex(addr)
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-            self._close_conn(conn, KafkaConnectionError(
-                f"cannot connect to node {conn.node_id} ({conn.address}): {errno.errorcode.get(err, err)}"), now)
-            return
-        self._selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        _log.debug("connecting to node %s (%s)", conn.node_id, conn.address)
-        if err == 0:
-            self._on_connected(conn, now)
-
-    def _on_connected(self, conn: Connection, now: int) -> None:
-        if self._ssl_context is not None:
-            conn.connected(now, _tls.TlsSession(self._ssl_context, conn.host))
-            self._tls_handshake(conn, now)
-            return
-        conn.connected(now)
-        self._negotiate(conn, now)
-
-    # --- TLS ----------------------------------------------------------------------------------
-    def _tls_handshake(self, conn: Connection, now: int) -> None:
-        """Advance the TLS handshake; once done, negotiate ApiVersions over it."""
-        try:
-            done = conn.tls.handshake()
-        except AuthenticationError as exc:
-            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
-            self._close_conn(conn, exc, now)
-            return
-        out = conn.tls.outgoing()
-        if out:
-            conn.out.append([memoryview(out), None])
-        if not done:
-            self._try_write(conn, now)
-            return
-        _log.debug("node %s (%s): %s established (%s)", conn.node_id, conn.address, conn.tls.version,
-                   (conn.tls.cipher() or ("?",))[0])
-        conn.tls_established(now)
-        self._negotiate(conn, now)
-
-    def _on_tls_bytes(self, conn: Connection, data, now: int) -> bool:
-        """Ciphertext from the socket: advance the handshake or decrypt and frame; False if the
-        connection was closed."""
-        tls = conn.tls
-        tls.feed(data)
-        if conn.state is ConnState.TLS_HANDSHAKE:
-            self._tls_handshake(conn, now)
-            if conn.sock is None or conn.state is ConnState.TLS_HANDSHAKE:
-                return conn.sock is not None
-        try:
-            plain = tls.read()
-        except AuthenticationError as exc:
-            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
-            self._close_conn(conn, exc, now)
-            return False
-        except KafkaConnectionError as exc:
-            self._close_conn(conn, KafkaConnectionError(
-                f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
-            return False
-        out = tls.outgoing()  # e.g. a TLS 1.3 key update answer
-        if out:
-            conn.out.append([memoryview(out), None])
-            self._try_write(conn, now)
-            if conn.sock is None:
-                return False
-        if not plain:
-            return True
-        try:
-            frames = conn.reader.feed(plain)
-        except ProtocolError as exc:
-            self._protocol_failure(conn, exc, now)
-            return False
-        for payload in frames:
-            if not self._on_frame(conn, payload, now):
-                return False
-        if conn.abandoned or conn.discarding is not None:
-            self._skip_abandoned(conn)
-        return conn.sock is not None
 
     # --- set-up requests: the exchanges of kwire.net.handshake and kwire.net.sasl_exchange ---------
     def _send_setup(self, conn: Connection, req: SetupRequest, now: int) -> None:
@@ -829,7 +556,7 @@ class NetworkClient:
                      now_ms=now, internal=True)
         conn.handshake = f
         self._write_request(conn, f, req.version, now)
-        self._try_write(conn, now)
+        self._transport.write(conn, now)
 
     def _negotiate(self, conn: Connection, now: int) -> None:
         conn.negotiation = ApiVersionsNegotiation(conn.node_id)
@@ -852,7 +579,7 @@ class NetworkClient:
         conn.authenticating(now, exchange, reauth=reauth)
         self._send_setup(conn, req, now)
 
-    def _on_setup_answer(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
+    def _on_setup_answer(self, conn: Connection, f: InFlight, payload: memoryview, now: int) -> None:
         """The answer to the set-up request in flight: trace it, then send the next one or
         become ready.  Raises what closes the connection (AuthenticationError or KwireError)."""
         if f.api_key == API_VERSIONS.key:
@@ -888,11 +615,7 @@ class NetworkClient:
         sock, was, lost, handshake = conn.shut(now, error, failure=failure, next_attempt_ms=lambda n: backoff_ms(
             n, self.reconnect_backoff_ms, self.reconnect_backoff_max_ms, self._rng))
         if sock is not None:
-            try:
-                self._selector.unregister(sock)
-            except (KeyError, ValueError):
-                pass
-            sock.close()
+            self._transport.release(sock)
         if failure:
             _log.debug("node %s (%s): %s; retry in %d ms", conn.node_id, conn.address, error,
                        conn.next_attempt_ms - now)
@@ -913,128 +636,7 @@ class NetworkClient:
                 while self._pending_any:
                     self._fail(self._pending_any.popleft(), error)
 
-    # --- I/O ------------------------------------------------------------------------------------
-    def _select(self, timeout_s: float) -> bool:
-        woken = False
-        try:
-            events = self._selector.select(timeout_s)
-        except InterruptedError:
-            return False
-        now = now_ms()
-        for key, mask in events:
-            conn = key.data
-            if conn is None:
-                woken = True
-                try:
-                    while self._wake_r.recv(1024):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-                continue
-            if conn.sock is None or key.fileobj is not conn.sock:
-                continue
-            if conn.state is ConnState.CONNECTING:
-                if mask & (selectors.EVENT_WRITE | selectors.EVENT_READ):
-                    err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err:
-                        self._close_conn(conn, KafkaConnectionError(
-                            f"cannot connect to node {conn.node_id} ({conn.address}): {os.strerror(err)}"), now)
-                        continue
-                    self._on_connected(conn, now)
-                continue
-            if mask & selectors.EVENT_READ:
-                self._read(conn, now)
-            if conn.sock is not None and mask & selectors.EVENT_WRITE:
-                self._try_write(conn, now)
-        return woken
-
-    def _try_write(self, conn: Connection, now: int) -> None:
-        sock = conn.sock
-        if sock is None or conn.state is ConnState.CONNECTING:
-            return
-        out = conn.out
-        while out:
-            views = [item[0] for item in itertools.islice(out, _IOV_MAX)]
-            try:
-                n = sock.sendmsg(views) if len(views) > 1 else sock.send(views[0])
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) lost while writing: {exc}"), now)
-                return
-            while n and out:
-                item = out[0]
-                view = item[0]
-                if n >= len(view):
-                    n -= len(view)
-                    out.popleft()
-                    f = item[1]
-                    if f is not None:
-                        f.sent_ms = now
-                        f.sent_ns = time.monotonic_ns()
-                        if not f.expect_response:
-                            self._complete(f, None, now, conn)
-                else:
-                    item[0] = view[n:]
-                    n = 0
-            if out:
-                break  # the kernel buffer is full
-        want_write = bool(out)
-        if want_write != conn.write_registered and conn.sock is not None:
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
-            self._selector.modify(conn.sock, events, conn)
-            conn.write_registered = want_write
-
-    def _read(self, conn: Connection, now: int) -> None:
-        reader = conn.reader
-        for _ in range(_MAX_READS_PER_EVENT):
-            sock = conn.sock
-            if sock is None:
-                return
-            direct = reader.direct_buffer() if conn.tls is None else None
-            try:
-                if direct is not None and _WAITALL:
-                    n = _recv_waitall(sock, direct)
-                elif direct is not None:
-                    n = sock.recv_into(direct)
-                else:
-                    n = sock.recv_into(self._read_view)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
-                return
-            if n == 0:
-                where = " mid-response" if reader.mid_frame else _CLOSED_DURING.get(conn.state, "")
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) closed by the broker{where}"), now)
-                return
-            conn.last_recv_ms = now
-            if conn.tls is not None:
-                if not self._on_tls_bytes(conn, self._read_view[:n], now):
-                    return
-                if n < len(self._read_buf):
-                    return
-                continue
-            try:
-                frames = reader.direct_filled(n) if direct is not None else reader.feed(self._read_view[:n])
-            except ProtocolError as exc:
-                self._protocol_failure(conn, exc, now)
-                return
-            for payload in frames:
-                if not self._on_frame(conn, payload, now):
-                    return
-            if conn.abandoned or conn.discarding is not None:
-                self._skip_abandoned(conn)
-            if direct is None:
-                if n < len(self._read_buf):
-                    return  # drained the socket for now
-            elif _WAITALL and n < len(direct):
-                return  # the answer is not complete yet: back to the loop until more arrives
-
-    def _on_frame(self, conn: Connection, payload: bytearray, now: int) -> bool:
+    def _on_frame(self, conn: Connection, payload: memoryview, now: int) -> bool:
         """Match and decode one response frame; False if the connection was closed."""
         if len(payload) < 4:
             self._protocol_failure(conn, ProtocolError(f"response frame of {len(payload)} bytes has no header"), now)
@@ -1071,29 +673,6 @@ class NetworkClient:
         self._complete(f, body, now, conn, len(payload) + 4)
         return True
 
-    @staticmethod
-    def _skip_abandoned(conn: Connection) -> None:
-        """The answer being read is to a request that timed out: skip the rest of it unstored
-        (it may claim up to receive.message.max.bytes; nobody will read it)."""
-        reader = conn.reader
-        if conn.discarding is not None and not reader.discarding:
-            conn.discarding = None  # the skipped answer is over
-        cid = reader.current_correlation_id
-        if cid is not None:
-            entry = conn.abandoned.pop(cid, None)
-            if entry is not None:
-                reader.discard_current()
-                conn.discarding = entry
-
-    def _oldest_abandoned(self, conn: Connection) -> tuple[int, int] | None:
-        """(sent_ms, timeout_ms) of the oldest request that timed out unanswered (its answer
-        may be arriving, or being skipped)."""
-        if conn.discarding is not None:
-            if conn.reader.discarding:
-                return conn.discarding
-            conn.discarding = None
-        return next(iter(conn.abandoned.values()), None)
-
     def _protocol_failure(self, conn: Connection, exc: KwireError, now: int) -> None:
         # The request at the head of the line gets the real error; the rest lost their connection.
         head = next(iter(conn.in_flight.values()), None)
@@ -1104,106 +683,33 @@ class NetworkClient:
         self._close_conn(conn, KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) "
                                                     f"closed after a protocol error: {exc}"), now)
 
-    # --- timeouts ---------------------------------------------------------------------------------
+    # --- timeouts: kwire.net.timers says what is due ----------------------------------------------
     def _next_timer_ms(self, now: int) -> int:
-        t = now + 60_000
-        if self.auto_metadata and self._metadata_inflight is None:
-            t = min(t, now + self.metadata.ms_until_update(now))
-        for f in self._pending_any:
-            t = min(t, f.deadline_ms)
-        if self._pending_any:
-            for c in self._candidates():
-                if c.state is ConnState.DISCONNECTED:
-                    t = min(t, max(now, c.next_attempt_ms))
-        for conn in self._conns.values():
-            if conn.state in SETUP_STATES:
-                t = min(t, conn.state_since_ms + self.setup_timeout_ms,
-                        max(conn.state_since_ms, conn.last_recv_ms) + self._setup_stall_ms(conn))
-            elif conn.reauth_at_ms and conn.state is ConnState.READY:
-                t = min(t, max(now, conn.reauth_at_ms))
-            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None:
-                t = min(t, conn.handshake.deadline_ms)
-            if conn.queue:
-                t = min(t, min(f.deadline_ms for f in conn.queue))
-                if conn.state is ConnState.DISCONNECTED:
-                    t = min(t, max(now, conn.next_attempt_ms))
-            if conn.in_flight:
-                t = min(t, min(f.deadline_ms for f in conn.in_flight.values()))
-            if conn.state is ConnState.READY and (conn.abandoned or conn.discarding is not None):
-                oldest = self._oldest_abandoned(conn)
-                if oldest is not None:
-                    t = min(t, max(now, oldest[0] + max(oldest[1], self.request_timeout_ms)))
-        return t
+        md_due = now + self.metadata.ms_until_update(now) \
+            if self.auto_metadata and self._metadata_inflight is None else None
+        return self._timeouts.next_wake_ms(now, self._conns.values(), self._pending_any,
+                                           self._nodes.candidates() if self._pending_any else None, md_due)
 
     def _check_timeouts(self, now: int) -> None:
-        for f in [f for f in self._pending_any if now >= f.deadline_ms]:
-            self._pending_any.remove(f)
-            self._fail(f, KafkaTimeoutError(f"{f.api} request timed out after {f.timeout_ms} ms "
-                                            f"waiting for a broker connection{self._last_errors(None)}"))
-        for conn in list(self._conns.values()):
-            if conn.state in SETUP_STATES and now - conn.state_since_ms >= self.setup_timeout_ms:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection setup to node {conn.node_id} ({conn.address}) timed out after "
-                    f"{self.setup_timeout_ms} ms in state {conn.state.name} "
-                    f"(socket.connection.setup.timeout.ms)"), now)
-                continue
-            if conn.state in SETUP_STATES:
-                stall_ms = self._setup_stall_ms(conn)
-                if now - max(conn.state_since_ms, conn.last_recv_ms) >= stall_ms:
-                    conn.setup_stalls += 1
-                    self._close_conn(conn, KafkaConnectionError(
-                        f"connection setup to node {conn.node_id} ({conn.address}) made no progress "
-                        f"for {stall_ms} ms in state {conn.state.name} "
-                        "(socket.connection.setup.stall.ms)"), now)
-                    continue
-            if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms:
-                self._start_sasl(conn, now, reauth=True)  # KIP-368: renew the session in band
-                if conn.sock is None:
-                    continue
-            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None \
-                    and now >= conn.handshake.deadline_ms:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"SASL re-authentication with node {conn.node_id} ({conn.address}) got no answer "
-                    f"within {conn.handshake.timeout_ms} ms"), now)
-                continue
-            if not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS and conn.reader.spare_bytes:
-                conn.reader.release_spares()  # idle: do not keep large receive buffers around
-            if conn.queue:
-                for f in [f for f in conn.queue if now >= f.deadline_ms]:
-                    conn.queue.remove(f)
-                    last = f"; last error: {conn.last_error}" if conn.last_error else ""
-                    self._fail(f, KafkaTimeoutError(f"{f.api} request to node {conn.node_id} timed out after "
-                                                    f"{f.timeout_ms} ms before it could be sent{last}"))
-            if conn.in_flight:
-                for cid, f in list(conn.in_flight.items()):
-                    if now >= f.deadline_ms and f is not conn.handshake:
-                        del conn.in_flight[cid]
-                        conn.abandoned[cid] = (f.sent_ms if f.sent_ms is not None else f.created_ms,
-                                               f.timeout_ms)
-                        self._fail(f, KafkaTimeoutError(
-                            f"{f.api} v{f.version} request to node {conn.node_id} ({conn.address}) "
-                            f"got no response within {f.timeout_ms} ms"))
-            if (conn.abandoned or conn.discarding is not None) and conn.state is ConnState.READY:
-                # Responses come in order: if the oldest unanswered request has not had its
-                # answer completed in the time any timeout allows -- whatever trickles in (a
-                # dripping answer must not wedge the connection) -- the broker, or the path to
-                # it, is broken, and everything behind it would wait too.
-                oldest = self._oldest_abandoned(conn)
-                if oldest is not None and now - oldest[0] >= max(oldest[1], self.request_timeout_ms):
-                    self._close_conn(conn, KafkaConnectionError(
-                        f"node {conn.node_id} ({conn.address}) did not complete an answer within "
-                        f"{max(oldest[1], self.request_timeout_ms)} ms of its request"), now)
-
-    def _setup_stall_ms(self, conn: Connection) -> int:
-        """How long this setup attempt may go without progress: socket.connection.setup.stall.ms,
-        doubled per consecutive stalled attempt, up to socket.connection.setup.timeout.ms."""
-        return min(self.setup_timeout_ms, self.setup_stall_ms << min(conn.setup_stalls, 20))
-
-    def _last_errors(self, node_id: int | None) -> str:
-        conns = [self._conns[node_id]] if node_id in self._conns else (
-            self._candidates() if node_id is None else [])
-        errs = [f"{c.address}: {c.last_error}" for c in conns if c.last_error is not None]
-        return ("; " + "; ".join(errs)) if errs else ""
+        note = self._nodes.last_errors(None) if self._pending_any else ""
+        for act in self._timeouts.due(now, self._conns.values(), self._pending_any, waiting_note=note,
+                                      spare_idle_ms=SPARE_IDLE_MS):
+            if isinstance(act, Expire):
+                if act.conn is None:
+                    self._pending_any.remove(act.f)
+                elif act.in_flight:
+                    act.conn.abandon(act.f.correlation_id)
+                else:
+                    act.conn.queue.remove(act.f)
+                self._fail(act.f, act.error)
+            elif isinstance(act, Close):
+                if act.stalled:
+                    act.conn.setup_stalls += 1
+                self._close_conn(act.conn, act.error, now)
+            elif isinstance(act, Reauthenticate):
+                self._start_sasl(act.conn, now, reauth=True)
+            else:
+                act.conn.reader.release_spares()
 
     # --- completion ---------------------------------------------------------------------------------
     def _complete(self, f: InFlight, body: dict | None, now: int, conn: Connection,
@@ -1247,41 +753,7 @@ class NetworkClient:
                 _log.exception("callback of %r raised", f)
 
     def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
-        if self.stats is not None:
-            self.stats.on_io(direction, conn, f.api, size,
-                             f.rtt_us if direction == "recv" else None)
-        tracer = self.tracer
-        logging_on = protocol_log.isEnabledFor(logging.DEBUG)
-        if tracer is None and not logging_on:
-            return
-        rtt_us = f.rtt_us if direction == "recv" else None
-        event = {
-            "direction": direction, "node_id": conn.node_id, "address": conn.address,
-            "local_address": _local_address(conn), "client_id": self.client_id,
-            "api": f.api, "api_key": f.api_key, "version": f.version,
-            "correlation_id": f.correlation_id,
-            "size_bytes": size if size is not None else f.size_bytes,
-            "rtt_ms": f.rtt_ms if direction == "recv" else None,
-            "rtt_us": rtt_us,
-            "body": _redact(body),
-        }
-        if tracer is not None:
-            try:
-                tracer(event)
-            except Exception:
-                _log.exception("tracer raised")
-        if logging_on:
-            rtt = f" rtt={rtt_us / 1000:.3f}ms" if rtt_us is not None else ""
-            protocol_log.debug("%s node=%s %s->%s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
-                               event["local_address"], conn.address, f.api, f.version, f.correlation_id,
-                               event["size_bytes"], rtt, _one_line(_summarize(_redact(_as_sent(f, direction, body)))))
-
-
-def _auth_error(conns) -> AuthenticationError | None:
-    for c in conns:
-        if isinstance(c.last_error, AuthenticationError):
-            return c.last_error
-    return None
+        trace(direction, conn, f, body, size, tracer=self.tracer, stats=self.stats, client_id=self.client_id)
 
 
 def _as_connection_error(error: KwireError, conn: Connection) -> KwireError:
@@ -1290,16 +762,3 @@ def _as_connection_error(error: KwireError, conn: Connection) -> KwireError:
     err = KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) failed: {error}")
     err.__cause__ = error
     return err
-
-
-def _recv_waitall(sock: socket.socket, view: memoryview) -> int:
-    """``recv_into(view)`` that waits, GIL released, until ``view`` is full, the connection
-    ends, or :data:`WAITALL_TIMEOUT_S` passes (then what arrived; BlockingIOError if nothing)."""
-    sec = int(WAITALL_TIMEOUT_S)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                    struct.pack("ll", sec, int((WAITALL_TIMEOUT_S - sec) * 1e6)))
-    sock.setblocking(True)
-    try:
-        return sock.recv_into(view, len(view), socket.MSG_WAITALL)
-    finally:
-        sock.setblocking(False)

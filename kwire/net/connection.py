@@ -284,6 +284,36 @@ class Connection:
             self.next_attempt_ms = now_ms + next_attempt_ms(self.failures)
         return sock, was, in_flight + unsent, handshake
 
+    # --- answers to requests that timed out: skipped unstored as they arrive ---------------------
+
+    def abandon(self, correlation_id: int) -> InFlight:
+        """Request ``correlation_id``, written, timed out: its answer, if it comes, is skipped."""
+        f = self.in_flight.pop(correlation_id)
+        self.abandoned[correlation_id] = (f.sent_ms if f.sent_ms is not None else f.created_ms, f.timeout_ms)
+        return f
+
+    def skip_abandoned(self) -> None:
+        """The answer being read is to a request that timed out: skip the rest of it unstored
+        (it may claim up to receive.message.max.bytes; nobody will read it)."""
+        reader = self.reader
+        if self.discarding is not None and not reader.discarding:
+            self.discarding = None  # the skipped answer is over
+        cid = reader.current_correlation_id
+        if cid is not None:
+            entry = self.abandoned.pop(cid, None)
+            if entry is not None:
+                reader.discard_current()
+                self.discarding = entry
+
+    def oldest_abandoned(self) -> tuple[int, int] | None:
+        """(sent_ms, timeout_ms) of the oldest request that timed out unanswered (its answer
+        may be arriving, or being skipped)."""
+        if self.discarding is not None:
+            if self.reader.discarding:
+                return self.discarding
+            self.discarding = None
+        return next(iter(self.abandoned.values()), None)
+
     def reset_buffers(self) -> None:
         self.reader = FrameReader(self.max_frame_bytes)
         self.out.clear()
