@@ -1,6 +1,6 @@
 """One broker connection: its state machine, its queues, and the request it is waiting on.
 
-The :class:`~kwire.net.client.NetworkClient` owns the sockets and moves bytes; this module
+The :class:`~kwire.net.transport.Transport` owns the sockets and moves bytes; this module
 holds what a connection *is*: an explicit state (:class:`ConnState`, legal transitions checked
 in :meth:`Connection.transition`), the requests queued until it is ready, the requests written
 and awaiting their response (keyed by correlation id: several may be in flight at once — Kafka
@@ -162,7 +162,7 @@ def backoff_ms(failures: int, base_ms: int, max_ms: int, rng: random.Random | No
 
 
 class Connection:
-    """The state of one broker connection (the socket itself is driven by NetworkClient)."""
+    """The state of one broker connection (the socket itself is driven by the Transport)."""
 
     def __init__(self, node_id: int, host: str, port: int, max_frame_bytes: int):
         self.node_id = node_id
