@@ -88,7 +88,6 @@ from .transport import now_ms
 __all__ = ["NetworkClient", "InFlight", "now_ms"]
 
 protocol_log = logging.getLogger("kwire.protocol")
-_log = logging.getLogger("kwire.net")
 
 _METADATA = _api.api("Metadata")
 SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled receive buffers

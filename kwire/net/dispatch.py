@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,7 +59,7 @@ class Dispatcher:
     """The requests of one network client, and its connections' set-up exchanges."""
 
     def __init__(self, cfg: Config, nodes: Nodes, metadata: Metadata, *, trace: Tracer,
-                 ssl_context: Any, sasl_mechanism: str | None, rng: random.Random) -> None:
+                 ssl_context: ssl.SSLContext | None, sasl_mechanism: str | None, rng: random.Random) -> None:
         self.config = cfg
         self.client_id: str = cfg.client_id
         self.request_timeout_ms: int = cfg.request_timeout_ms
