@@ -138,7 +138,8 @@ def iter_batches(data: Buffer, check_crc: bool = True, *, topic: str | None = No
 # A dict of column buffers (see the docstring): num_records, offset, timestamp, key/value
 # offsets, data and validity, headers.
 def decode_columns(data: Buffer, check_crc: bool = True, *,
-                   max_decompressed_bytes: int = 67108864) -> dict[str, Any]: ...
+                   max_decompressed_bytes: int = 67108864,
+                   ranges: Iterable[tuple[int, int]] | None = None) -> dict[str, Any]: ...
 def build_batch(records: Iterable[tuple[Buffer | None, Buffer | None, Iterable[tuple[str, Buffer | None]], int | None]],
                 base_offset: int = 0, compression: str = "none", *, magic: int = 2,
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,

@@ -2249,7 +2249,24 @@ cdef inline int _col_put(_RecColumns s, int d, uint8_t** dp, Py_ssize_t* dl, Py_
     return 0
 
 
-def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+cdef Py_ssize_t _rec_count_hint(const uint8_t* buf, Py_ssize_t pos, Py_ssize_t end) noexcept:
+    # decode_columns' first guess of the records in [pos, end): the records counts of the
+    # complete v2 entries there (no checks: a guess; the decoder checks)
+    cdef Py_ssize_t hint = 0, size
+    cdef int32_t count
+    while end - pos >= _V2_HEADER:
+        size = <int32_t>ld_be32(buf + pos + 8)
+        if size < _MIN_ENTRY_SIZE or size > end - pos - _LOG_OVERHEAD:
+            break
+        count = <int32_t>ld_be32(buf + pos + 57)
+        if buf[pos + 16] == 2 and count > 0:
+            hint += count if count < size else size
+        pos += _LOG_OVERHEAD + size
+    return hint
+
+
+def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   ranges=None):
     """Decode every user record in ``data`` into column buffers, with no per-record object.
 
     Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
@@ -2261,21 +2278,24 @@ def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_D
     numpy.asarray / pyarrow.py_buffer take them without copying (``bytes(col)`` copies).
     Control batches are left out, as in iter_records.  The memory of big columns goes back
     to a small reuse pool (at most 64 MiB) when they are freed.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data``, into one set of
+    columns, as iter_records(ranges=) does (kwire.records.record_runs gives them).
     """
     cdef _RecDecoder dec = _RecDecoder(data, check_crc, None, -1, -1, max_decompressed_bytes)
     cdef _RecEntry e
-    cdef Py_ssize_t pos = 0, hint = 0, size
-    cdef int32_t count
-    # size the columns from the batch headers (records count of complete v2 entries)
-    while dec.end - pos >= _V2_HEADER:
-        size = <int32_t>ld_be32(dec.buf + pos + 8)
-        if size < _MIN_ENTRY_SIZE or size > dec.end - pos - _LOG_OVERHEAD:
-            break
-        count = <int32_t>ld_be32(dec.buf + pos + 57)
-        if dec.buf[pos + 16] == 2 and count > 0:
-            hint += count if count < size else size
-        pos += _LOG_OVERHEAD + size
-    dec.sink = _RecColumns(hint, dec.end)
+    cdef Py_ssize_t hint = 0, data_hint = 0, a, b
+    if ranges is None:
+        hint = _rec_count_hint(dec.buf, 0, dec.end)
+        data_hint = dec.end
+    else:
+        dec.ranges = _rec_ranges(ranges, dec.view.len)
+        dec.end = 0      # (the first next_entry moves to the first range)
+        for a, b in dec.ranges:
+            hint += _rec_count_hint(dec.buf, a, b)
+            data_hint += b - a
+    # the columns are sized from the batch headers
+    dec.sink = _RecColumns(hint, data_hint)
     while dec.next_entry(&e):
         pass
     return dec.sink.finish()

@@ -33,7 +33,7 @@ libzstd version (Debian 12's 1.5.4 notices less than the newer copy inside cramj
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._impl import IMPLEMENTATION, codec_module
@@ -123,6 +123,9 @@ def record_runs(spans: Sequence[Any], skip: Iterable[int] = (), lo: int | None =
     return runs
 
 
+_TIMESTAMP_FACTOR = {"ms": 1, "us": 1000, "ns": 1_000_000}   # from the record layer's ms
+
+
 def _validity(pa, np, valid, n):
     """(Arrow validity bitmap or None, null count) from a per-row bool column."""
     mask = np.asarray(valid, dtype=np.bool_)
@@ -140,47 +143,121 @@ def _binary(pa, np, typ, n, offsets, data, valid):
                                  null_count=nulls)
 
 
-def to_arrow(columns, *, topic=None, partition=None):
+def _headers(pa, np, columns, n, typ):
+    """The headers column: list<struct<key, value>> over the flattened header buffers, of type
+    ``typ`` (None: header keys string, or binary when they are not all valid UTF-8)."""
+    m = len(columns["header_value_valid"])
+    hvalue = _binary(pa, np, pa.binary(), m, columns["header_value_offsets"],
+                     columns["header_value_data"], columns["header_value_valid"])
+    if typ is None:
+        hkey = _binary(pa, np, pa.string(), m, columns["header_key_offsets"],
+                       columns["header_key_data"], None)
+        try:
+            hkey.validate(full=True)
+        except pa.ArrowInvalid:
+            hkey = _binary(pa, np, pa.binary(), m, columns["header_key_offsets"],
+                           columns["header_key_data"], None)
+        entries = pa.StructArray.from_arrays([hkey, hvalue], names=["key", "value"])
+        typ = pa.list_(entries.type)
+    else:
+        if not pa.types.is_list(typ) or not pa.types.is_struct(typ.value_type):
+            raise ValueError(f"the headers column cannot be {typ} (a list of struct<key, value>)")
+        entry = typ.value_type
+        hkey = _binary(pa, np, entry.field("key").type, m, columns["header_key_offsets"],
+                       columns["header_key_data"], None)
+        entries = pa.StructArray.from_arrays([hkey, hvalue], fields=list(entry))
+    offsets = pa.py_buffer(columns["header_offsets"])
+    return pa.Array.from_buffers(typ, n, [None, offsets], children=[entries])
+
+
+def _constant(pa, np, value, typ, rows):
+    """``value`` repeated ``rows`` times as an Arrow array of ``typ`` (string and integer types
+    laid out with numpy: several times faster than pyarrow.repeat)."""
+    if pa.types.is_integer(typ):
+        data = np.full(rows, value, dtype=typ.to_pandas_dtype())
+        return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(data)])
+    if typ == pa.string() and isinstance(value, str):
+        raw = value.encode()
+        if rows * len(raw) <= 0x7FFFFFFF:
+            ends = np.arange(rows + 1, dtype=np.int32) * len(raw)
+            return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(ends), pa.py_buffer(raw * rows)])
+    return pa.repeat(pa.scalar(value, typ), rows)
+
+
+def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition: int | None = None,
+             lo: int | None = None, until: int | None = None, schema: Any = None) -> Any:
     """A ``pyarrow.RecordBatch`` over the buffers of :func:`decode_columns` (no copies of the
-    key/value data).
+    key/value data).  The one Arrow builder (issue #16): the Spark reader's batches are built
+    here too, with its schema.
 
     Columns: ``offset`` int64, ``timestamp`` timestamp[ms, UTC], ``timestamp_type`` int8,
     ``key``/``value`` binary, ``headers`` list<struct<key: string, value: binary>> (header
     keys fall back to binary if they are not valid UTF-8), and ``topic`` string /
     ``partition`` int32 when given.  Needs pyarrow and numpy.
+
+    ``lo``/``until``: only the records with offsets in ``[lo, until)`` (None: no bound; the
+    offsets of a record set only grow, so this is one binary search per end and a zero-copy
+    slice).
+
+    ``schema``: build these columns instead, in its order and with its types.  A field is
+    one of the columns above by name (``timestampType``, as Spark's Kafka source spells it,
+    is ``timestamp_type``); ``timestamp`` may be in ms, us or ns, ``offset``/``timestamp_type``
+    any integer type, ``topic``/``partition`` any type their value converts to, and
+    ``headers`` a list of struct<key, value> whose key type (string or binary) is taken as
+    the schema says: string keys are not checked for UTF-8 here.
     """
     import numpy as np
     import pyarrow as pa
 
     n = columns["num_records"]
-    m = len(columns["header_value_valid"])
-    offset = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(columns["offset"])])
-    timestamp = pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n,
-                                      [None, pa.py_buffer(columns["timestamp"])])
-    ts_type = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(columns["timestamp_type"])])
-    key = _binary(pa, np, pa.binary(), n, columns["key_offsets"], columns["key_data"],
-                  columns["key_valid"])
-    value = _binary(pa, np, pa.binary(), n, columns["value_offsets"], columns["value_data"],
-                    columns["value_valid"])
-    hkey = _binary(pa, np, pa.string(), m, columns["header_key_offsets"],
-                   columns["header_key_data"], None)
-    try:
-        hkey.validate(full=True)
-    except pa.ArrowInvalid:
-        hkey = _binary(pa, np, pa.binary(), m, columns["header_key_offsets"],
-                       columns["header_key_data"], None)
-    hvalue = _binary(pa, np, pa.binary(), m, columns["header_value_offsets"],
-                     columns["header_value_data"], columns["header_value_valid"])
-    entries = pa.StructArray.from_arrays([hkey, hvalue], names=["key", "value"])
-    header_offsets = pa.Array.from_buffers(pa.int32(), n + 1,
-                                           [None, pa.py_buffer(columns["header_offsets"])])
-    headers = pa.ListArray.from_arrays(header_offsets, entries)
-    arrays = [offset, timestamp, ts_type, key, value, headers]
-    names = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
-    if topic is not None:
-        arrays.append(pa.repeat(pa.scalar(topic, pa.string()), n))
-        names.append("topic")
-    if partition is not None:
-        arrays.append(pa.repeat(pa.scalar(partition, pa.int32()), n))
-        names.append("partition")
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    first, rows = 0, n
+    if n and (lo is not None or until is not None):
+        offsets = np.frombuffer(columns["offset"], dtype=np.int64, count=n)
+        first = 0 if lo is None else int(np.searchsorted(offsets, lo, "left"))
+        stop = n if until is None else int(np.searchsorted(offsets, until, "left"))
+        rows = max(stop - first, 0)
+    whole = first == 0 and rows == n
+
+    def fixed(name, own, typ):
+        # a fixed-width column as typ: zero-copy when typ is its own type (own), else
+        # converted (only the rows kept)
+        if typ is None or typ == own:
+            arr = pa.Array.from_buffers(own, n, [None, pa.py_buffer(columns[name])])
+            return arr if whole else arr.slice(first, rows)
+        col = np.frombuffer(columns[name], dtype=own.to_pandas_dtype() if name != "timestamp"
+                            else np.int64, count=n)[first:first + rows]
+        if name == "timestamp":
+            if not pa.types.is_timestamp(typ) or typ.unit not in _TIMESTAMP_FACTOR:
+                raise ValueError(f"the timestamp column cannot be {typ} (a timestamp in ms, us or ns)")
+            if typ.unit != "ms":
+                col = col * _TIMESTAMP_FACTOR[typ.unit]
+        else:
+            col = col.astype(typ.to_pandas_dtype())
+        return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(col)])
+
+    def column(name, typ):
+        if name == "offset":
+            return fixed(name, pa.int64(), typ)
+        if name == "timestamp":
+            return fixed(name, pa.timestamp("ms", tz="UTC"), typ)
+        if name in ("timestamp_type", "timestampType"):
+            return fixed("timestamp_type", pa.int8(), typ)
+        if name in ("key", "value"):
+            arr = _binary(pa, np, pa.binary(), n, columns[name + "_offsets"], columns[name + "_data"],
+                          columns[name + "_valid"])
+        elif name == "headers":
+            arr = _headers(pa, np, columns, n, typ)
+        elif name in ("topic", "partition"):
+            value = topic if name == "topic" else partition
+            if value is None:
+                raise ValueError(f"the schema has a {name} column: give {name}=")
+            return _constant(pa, np, value, typ or (pa.string() if name == "topic" else pa.int32()), rows)
+        else:
+            raise ValueError(f"no record column is called {name!r}")
+        return arr if whole else arr.slice(first, rows)
+
+    if schema is None:
+        names = ["offset", "timestamp", "timestamp_type", "key", "value", "headers"]
+        names += [name for name, v in (("topic", topic), ("partition", partition)) if v is not None]
+        return pa.RecordBatch.from_arrays([column(name, None) for name in names], names=names)
+    return pa.RecordBatch.from_arrays([column(f.name, f.type) for f in schema], schema=schema)

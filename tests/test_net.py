@@ -590,10 +590,10 @@ def test_large_answer_in_pieces_is_read_in_one_wait(monkeypatch):
     by WAITALL_TIMEOUT_S), not one read per readiness event: each of those has to win the GIL
     back from the application's thread.  Here the broker sends the first 300 KB of a ~0.8 MB
     answer, pauses, then the rest: the read waiting for it began before the rest was sent."""
-    from kwire.net import client as client_mod
+    from kwire.net import transport as transport_mod
     from kwire.protocol.schema import ZERO_UUID
 
-    monkeypatch.setattr(client_mod, "WAITALL_TIMEOUT_S", 5.0)  # the pause below always fits
+    monkeypatch.setattr(transport_mod, "WAITALL_TIMEOUT_S", 5.0)  # the pause below always fits
     topics = [{"error_code": 0, "name": f"t{i:05d}-" + "x" * 180, "topic_id": ZERO_UUID,
                "is_internal": False, "partitions": [], "topic_authorized_operations": -2147483648}
               for i in range(4000)]
@@ -612,7 +612,7 @@ def test_large_answer_in_pieces_is_read_in_one_wait(monkeypatch):
         return pieces()
 
     reads = []
-    real_read = client_mod.NetworkClient._read
+    real_read = transport_mod.Transport.read
 
     def timed_read(self, conn, now):
         reads.append(time.monotonic())
@@ -620,7 +620,7 @@ def test_large_answer_in_pieces_is_read_in_one_wait(monkeypatch):
 
     with FakeBroker(handler) as fb, _client(fb.bootstrap, auto_metadata=False) as c:
         c.ensure_ready(None)
-        monkeypatch.setattr(client_mod.NetworkClient, "_read", timed_read)
+        monkeypatch.setattr(transport_mod.Transport, "read", timed_read)
         resp = c.request(None, "Metadata", _metadata_body([]), timeout_ms=20_000)
     assert len(resp["topics"]) == 4000
     # no read pass had to start once the rest was on its way: the one waiting took it

@@ -12,7 +12,8 @@
   what the decode-every-batch filter the consumer used (oracle below) handed out, and what
   the generated transactions say was committed;
 * ``iter_records(ranges=)``, which decodes the filter's byte runs with one decoder, agrees
-  across the twins and with decoding each run on its own.
+  across the twins and with decoding each run on its own; ``decode_columns(ranges=)`` (the
+  Spark Arrow reader's) agrees across the twins and with ``iter_records(ranges=)``.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from hypothesis import strategies as st
 
 from kwire import _codec, _pycodec, records
 from kwire.errors import CorruptRecordError, KwireError
-from tests.test_records_props import SEEDS, _mutate
+from tests.test_records import column_tuples
+from tests.test_records_props import SEEDS, _columns, _mutate
 
 TWINS = [pytest.param(_codec, id="cython"), pytest.param(_pycodec, id="pure")]
 
@@ -231,17 +233,34 @@ def _ranged(twin, data, ranges):
         return ("err", type(exc).__name__, exc.position, out)
 
 
+def _ranged_columns(twin, data, ranges):
+    """('ok', columns as bytes) or ('err', class name, position) of decode_columns over
+    ``ranges`` of ``data``."""
+    try:
+        return ("ok", _columns(twin.decode_columns(data, ranges=ranges)))
+    except KwireError as exc:
+        return ("err", type(exc).__name__, exc.position)
+
+
 def check_ranges(data, rng):
-    """iter_records(ranges=) on both twins: the same records or the same failure, and when
-    the ranges decode, the records of decoding each range's bytes on its own."""
+    """iter_records(ranges=) and decode_columns(ranges=) on both twins: the same records or
+    the same failure, and when the ranges decode, the records of decoding each range's bytes
+    on its own."""
     spans = _codec.scan_spans(data, until_damage=True)
     skip = {k for k in range(len(spans)) if rng.random() < 0.4}
     ranges = records.record_runs(spans, skip)
     compiled = _ranged(_codec, data, ranges)
     assert _ranged(_pycodec, data, ranges) == compiled, (ranges, data.hex())
+    columns = _ranged_columns(_codec, data, ranges)
+    assert _ranged_columns(_pycodec, data, ranges) == columns, (ranges, data.hex())
+    assert columns[0] == compiled[0]
     if compiled[0] == "ok":
         alone = [r.to_tuple() for a, b in ranges for r in _codec.iter_records(data[a:b])]
         assert compiled[1] == alone
+        cols = _codec.decode_columns(data, ranges=ranges)
+        assert column_tuples(cols) == [t[:6] for t in alone]
+    else:
+        assert columns[1:] == compiled[1:3]
 
 
 @pytest.mark.parametrize("seed_name", sorted(SEEDS))
@@ -261,9 +280,12 @@ def test_scan_twins_and_old_walkers_agree_on_mutations(seed_name):
 def test_iter_records_ranges_are_checked(twin):
     data = records.build_batch([(None, b"a", [], 1)], 0) * 2
     assert list(twin.iter_records(data, ranges=[])) == []
+    assert twin.decode_columns(data, ranges=[])["num_records"] == 0
     for bad in ([(0, len(data) + 1)], [(10, 5)], [(20, 30), (0, 10)], [(-1, 3)]):
         with pytest.raises(ValueError):
             twin.iter_records(data, ranges=bad)
+        with pytest.raises(ValueError):
+            twin.decode_columns(data, ranges=bad)
 
 
 # --- the scan, by example -----------------------------------------------------------------------
@@ -338,6 +360,10 @@ def test_filter_drops_aborted_transactions_and_markers():
     assert records.record_runs(spans, {1}) == [(spans[0].start, spans[0].end), (spans[2].start, len(data))]
     assert records.record_runs(spans, {1}, 3, 6) == [(spans[2].start, spans[4].end)]
     assert [r.value for r in committed(data, aborted, lo=2)] == [b"t2", b"t1c"]
+    runs = records.record_runs(spans, {1})
+    for twin in (_codec, _pycodec):
+        assert column_tuples(twin.decode_columns(data, ranges=runs)) == [
+            r.to_tuple()[:6] for r in committed(data, aborted)]
 
 
 def test_a_commit_marker_does_not_end_an_aborted_transaction():
@@ -414,6 +440,9 @@ def test_filter_matches_the_decoding_filter_on_generated_transactions(case, lo_f
     assert [r.value for r in got] == want_values
     assert [r.to_tuple() for r in got] == [r.to_tuple() for r in old_committed_records(data, aborted)]
     assert [r.to_tuple() for r in _pycodec_committed(data, aborted)] == [r.to_tuple() for r in got]
+    runs = records.record_runs(spans, records.aborted_spans(spans, aborted))
+    for twin in (_codec, _pycodec):
+        assert column_tuples(twin.decode_columns(data, ranges=runs)) == [r.to_tuple()[:6] for r in got]
     lo = int(lo_frac * (spans[-1].last_offset + 1))
     assert [r.offset for r in committed(data, aborted, lo)] == [r.offset for r in got if r.offset >= lo]
 

@@ -732,6 +732,23 @@ def test_columns_layout(codec):
     assert cols["header_offsets"][n] == m
 
 
+def test_decode_columns_ranges_join_the_runs(codec):
+    # runs of compressed and plain batches (the read_committed filter's byte ranges) decoded
+    # into one set of columns; in the worker mode a worker decompresses each run's batches
+    from kwire.records import record_runs
+
+    recs = [(b"k%d" % i, b"v%d" % i * 50, [("h", b"%d" % i)] if i % 3 else [], 1_000 + i)
+            for i in range(40)]
+    kinds = ["zstd", "zstd", "none", "lz4", "lz4", "gzip", "zstd", "zstd", "none"]
+    data = b"".join(codec.build_batch(recs, 40 * i, c) for i, c in enumerate(kinds))
+    runs = record_runs(codec.scan_spans(data), {2, 5})
+    assert len(runs) == 3
+    want = [t[:6] for t in tuples(codec.iter_records(data, ranges=runs))]
+    assert [t[0] for t in want] == [o for i in (0, 1, 3, 4, 6, 7, 8) for o in range(40 * i, 40 * i + 40)]
+    assert column_tuples(codec.decode_columns(data, ranges=runs)) == want
+    assert column_tuples(codec.decode_columns(memoryview(data), False, ranges=iter(runs))) == want
+
+
 def test_to_arrow(codec):
     pa = pytest.importorskip("pyarrow")
     from kwire.records import to_arrow
@@ -750,6 +767,69 @@ def test_to_arrow(codec):
     assert table.column("topic").to_pylist() == ["t"] * len(rows)
     assert table.schema.field("headers").type == pa.list_(
         pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def test_to_arrow_slices_and_takes_a_schema(codec):
+    pa = pytest.importorskip("pyarrow")
+    from kwire.records import to_arrow
+
+    recs = [(None if i == 1 else b"k%d" % i, None if i == 2 else b"v%d" % i,
+             [("h", b"%d" % i), ("n", None)] if i % 2 else [], 1_000 + i) for i in range(6)]
+    cols = codec.decode_columns(codec.build_batch(recs[:4], 100, "lz4") + codec.build_batch(recs[4:], 104))
+    whole = to_arrow(cols)
+    assert to_arrow(cols, lo=101, until=104).equals(whole.slice(1, 3))
+    assert to_arrow(cols, lo=103).equals(whole.slice(3))
+    assert to_arrow(cols, until=101).equals(whole.slice(0, 1))
+    for lo, until in ((200, 300), (0, 100), (104, 102)):
+        empty = to_arrow(cols, lo=lo, until=until, topic="t", partition=1)
+        assert empty.num_rows == 0 and empty.schema.names[-2:] == ["topic", "partition"]
+
+    # Spark's Kafka source schema: its order, us timestamps, int32 timestampType, a named
+    # list element (kwire.spark.arrow.kafka_arrow_schema)
+    entry = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+    schema = pa.schema([
+        pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()), pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")), pa.field("timestampType", pa.int32()),
+        pa.field("headers", pa.list_(pa.field("element", entry)))])
+    b = to_arrow(cols, topic="t", partition=3, lo=101, until=105, schema=schema)
+    b.validate(full=True)
+    assert b.schema == schema
+    d = b.to_pydict()
+    assert d["offset"] == [101, 102, 103, 104] and d["key"] == [None, b"k2", b"k3", b"k4"]
+    assert d["value"] == [b"v1", None, b"v3", b"v4"]
+    assert d["topic"] == ["t"] * 4 and d["partition"] == [3] * 4 and d["timestampType"] == [0] * 4
+    assert b.column("timestamp").cast(pa.int64()).to_pylist() == [1_001_000, 1_002_000, 1_003_000, 1_004_000]
+    assert d["headers"] == [[{"key": "h", "value": b"1"}, {"key": "n", "value": None}], [],
+                            [{"key": "h", "value": b"3"}, {"key": "n", "value": None}], []]
+    # a few columns, other types
+    few = pa.schema([pa.field("timestamp", pa.timestamp("ns")), pa.field("partition", pa.int64()),
+                     pa.field("timestamp_type", pa.int16()), pa.field("topic", pa.large_string())])
+    b = to_arrow(cols, topic="é", partition=-1, lo=104, schema=few)
+    b.validate(full=True)
+    assert b.to_pydict() == {"timestamp": [pa.scalar(1_004_000_000, pa.timestamp("ns")).as_py(),
+                                           pa.scalar(1_005_000_000, pa.timestamp("ns")).as_py()],
+                             "partition": [-1, -1], "timestamp_type": [0, 0], "topic": ["é", "é"]}
+    for bad, kwargs in ((pa.schema([("bogus", pa.int64())]), {}),
+                        (pa.schema([("topic", pa.string())]), {}),
+                        (pa.schema([("timestamp", pa.timestamp("s"))]), {}),
+                        (pa.schema([("timestamp", pa.int64())]), {}),
+                        (pa.schema([("headers", pa.binary())]), {})):
+        with pytest.raises(ValueError):
+            to_arrow(cols, schema=bad, **kwargs)
+
+
+def test_to_arrow_header_keys_that_are_not_utf8(codec):
+    pa = pytest.importorskip("pyarrow")
+    from kwire.records import to_arrow
+
+    cols = codec.decode_columns(codec.build_batch([(None, b"v", [("\udcff", b"x")], 5)], 0))
+    b = to_arrow(cols)       # binary keys then
+    assert b.column("headers").to_pylist() == [[{"key": b"\xff", "value": b"x"}]]
+    # a schema's string keys are taken as they are (Spark gets the bytes)
+    entry = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+    b = to_arrow(cols, schema=pa.schema([pa.field("headers", pa.list_(entry))]))
+    assert b.column("headers").flatten().flatten()[0].buffers()[2].to_pybytes() == b"\xff"
 
 
 def test_columns_survive_the_source(codec):

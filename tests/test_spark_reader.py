@@ -331,11 +331,11 @@ def test_to_record_batch_nulls_and_slicing():
     recs = [(None if i == 1 else b"k%d" % i, None if i == 2 else b"v%d" % i, [("h", b"%d" % i)] if i % 2 else [],
              1_000 + i) for i in range(5)]
     cols = decode_columns(build_batch(recs, 100))
-    b = to_record_batch(cols, "t", 3, 101, 104, kafka_arrow_schema(True), True)
+    b = to_record_batch(cols, "t", 3, 101, 104, kafka_arrow_schema(True))
     assert b.num_rows == 3
     d = b.to_pydict()
     assert d["offset"] == [101, 102, 103] and d["key"] == [None, b"k2", b"k3"]
     assert d["value"] == [b"v1", None, b"v3"] and d["topic"] == ["t"] * 3 and d["partition"] == [3] * 3
     assert [ts.timestamp() for ts in d["timestamp"]] == [1.001, 1.002, 1.003]
     assert d["headers"] == [[{"key": "h", "value": b"1"}], [], [{"key": "h", "value": b"3"}]]
-    assert to_record_batch(cols, "t", 3, 200, 300, kafka_arrow_schema(), False) is None
+    assert to_record_batch(cols, "t", 3, 200, 300, kafka_arrow_schema()) is None

@@ -1222,7 +1222,8 @@ class _Columns:
         return out
 
 
-def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   ranges=None):
     """Decode every user record in ``data`` into column buffers (see kwire.records).
 
     Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
@@ -1231,8 +1232,14 @@ def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_D
     flattened headers: ``header_key_offsets`` + ``header_key_data`` (UTF-8),
     ``header_value_offsets`` + ``header_value_data`` + ``header_value_valid``.  Every column
     is a read-only memoryview with its item format.  Control batches are left out.
+
+    ``ranges``: decode only these ``(start, end)`` byte ranges of ``data``, into one set of
+    columns, as iter_records(ranges=) does (kwire.records.record_runs gives them).
     """
     dec = _Decoder(data, check_crc, None, -1, -1, max_decompressed_bytes)
+    if ranges is not None:
+        dec.ranges = _ranges(ranges, dec.end)
+        dec.end = 0  # (the first next_entry moves to the first range)
     dec.sink = _Columns()
     while dec.next_entry() is not None:
         pass

@@ -160,9 +160,8 @@ class GroupCoordinator(ABC):
         self.poll_interval = PollInterval(rebalance_timeout_ms, now_ms)  # (max.poll.interval.ms)
 
         # leave
-        self._closing = False
+        self._closing = False  # close() was called: leave, then CLOSED
         self._unsubscribing = False
-        self._leave_then_close = False
         self._leave_inflight = False
         self._pending_leave_member: tuple | None = None
 
@@ -274,7 +273,6 @@ class GroupCoordinator(ABC):
             return
         self._closing = self._closing or close
         self._unsubscribing = not close
-        self._leave_then_close = self._leave_then_close or close
         self._rejoin_needed = False
         owned = self.subs.assigned() if self.subs.is_auto else []
         if self.revocations.current is not None and self.revocations.current.then == "leave":
@@ -528,9 +526,9 @@ class GroupCoordinator(ABC):
         owned = self.subs.assigned() if self.subs.is_auto else []
         if owned:
             self.subs.remove_assignment(owned)
-        if self._unsubscribing and not self._leave_then_close:
+        if self._unsubscribing and not self._closing:
             self.subs.unsubscribe()
-        if self._leave_then_close:
+        if self._closing:  # (close() leaves, then closes)
             self._to(MemberState.CLOSED, "closed")
         else:
             self._to(MemberState.UNJOINED, "left")

@@ -6,6 +6,18 @@ matching responses to requests by correlation id, timeouts, reconnect backoff, a
 :class:`~kwire.net.metadata.Metadata` cache fresh.  Only :meth:`NetworkClient.wakeup` may be
 called from another thread.
 
+Who owns what (each part has one owner; the state machines do no I/O):
+
+* :class:`NetworkClient` (here): the public API, the configuration, the poll loop and the
+  metadata refresh;
+* :class:`~kwire.net.dispatch.Dispatcher`: the requests in motion (routing, correlation ids,
+  completion, callbacks) and each connection's set-up exchange;
+* :class:`~kwire.net.transport.Transport`: the sockets, the selector and TLS bytes;
+* :class:`~kwire.net.nodes.Nodes`: node id -> Connection, and which one a request goes to;
+* :class:`~kwire.net.timers.Timeouts`: what is due when (sans-I/O);
+* :mod:`kwire.net.handshake`, :mod:`kwire.net.sasl_exchange`: the ApiVersions negotiation and
+  the SASL exchange (sans-I/O); :mod:`kwire.net.trace`: the tracer and the protocol log.
+
 Requests are pipelined: each connection may have many written and unanswered at once; Kafka
 answers them in order, and each response is matched to its request by correlation id.  Since
 a broker answers one connection's requests in order, a request it holds (a JoinGroup waits for
@@ -50,163 +62,41 @@ connection that sends anything else during re-authentication or after its sessio
 """
 from __future__ import annotations
 
-import errno
-import itertools
 import logging
-import os
 import random
-import selectors
-import socket
-import struct
-import sys
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .. import __version__
 from ..config import Config, parse_config
 from ..errors import (
     AuthenticationError,
     ConfigError,
     KafkaConnectionError,
     KafkaTimeoutError,
-    KwireError,
-    ProtocolError,
-    TrailingBytesError,
-    UnsupportedVersionError,
-    for_code,
 )
 from ..protocol import api as _api
-from . import sasl as _sasl
 from . import tls as _tls
-from .connection import SETUP_STATES, Connection, ConnState, InFlight, backoff_ms
+from .connection import Connection, ConnState, InFlight
+from .dispatch import Dispatcher
+from .handshake import choose_version
 from .metadata import Metadata
+from .nodes import GROUP_NODE_BASE, Nodes, auth_error, parse_bootstrap  # noqa: F401 (GROUP_NODE_BASE)
+from .timers import Timeouts
+from .trace import trace
+from .transport import now_ms
 
 __all__ = ["NetworkClient", "InFlight", "now_ms"]
 
 protocol_log = logging.getLogger("kwire.protocol")
-_log = logging.getLogger("kwire.net")
 
-_API_VERSIONS = _api.api("ApiVersions")
 _METADATA = _api.api("Metadata")
-_PRODUCE = _api.api("Produce")
-_SASL_HANDSHAKE = _api.api("SaslHandshake")
-_SASL_AUTHENTICATE = _api.api("SaslAuthenticate")
-_UNSUPPORTED_SASL_MECHANISM = 33
-_CLOSED_DURING = {
-    ConnState.TLS_HANDSHAKE: " during the TLS handshake",
-    # Brokers close the connection, rather than answer, on some SASL failures (Kafka before
-    # 1.0; Tansu for a mechanism it does not enable).
-    ConnState.AUTHENTICATING: " during SASL authentication (is sasl.mechanism enabled on the broker?)",
-    ConnState.REAUTHENTICATING: " during SASL re-authentication",
-}
-# Re-authenticate after this share of the broker's session lifetime, less up to 5% jitter (Java's
-# client: 85-95%).  Requests written before it still reach the broker in time.
-_REAUTH_SHARE = 0.9
-_UNSUPPORTED_VERSION = 35
-_I16 = struct.Struct(">h")
-
-_MAX_ZERO_PADDING = 2
 SPARE_IDLE_MS = 10_000  # a connection idle this long forgets its recycled receive buffers
 FRAME_SLACK_BYTES = 64 * 1024  # headers and framing around receive.message.max.bytes of data
-_READ_CHUNK_BYTES = 256 * 1024
-_MAX_READS_PER_EVENT = 64  # then let other connections have a turn
-# The rest of a large answer is read in one blocking call (MSG_WAITALL) with the GIL released,
-# for at most this long, instead of a recv per readiness event: a thread that blocks in a
-# system call must win the GIL back afterwards, and while another thread runs Python code that
-# takes up to the interpreter's switch interval (5 ms) -- a consumer's driver reading a 2 MB
-# Fetch answer that arrived in pieces went at the pace of the application's thread.
-WAITALL_TIMEOUT_S = 0.01
-_WAITALL = hasattr(socket, "MSG_WAITALL") and sys.platform.startswith("linux")
-GROUP_NODE_BASE = 2**31 - 1  # group_node(n) = GROUP_NODE_BASE - n
-_IOV_MAX = 512
 # Requests that only read: sending one again after a lost connection cannot change anything.
 RETRY_SAFE_APIS = frozenset({
     "ApiVersions", "Metadata", "ListOffsets", "Fetch", "OffsetFetch", "FindCoordinator",
     "DescribeGroups", "ListGroups", "OffsetForLeaderEpoch", "GetTelemetrySubscriptions",
 })
-
-_SECRET_KEYS = frozenset({"auth_bytes", "password", "sasl_password"})  # never traced nor logged
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def _summarize(value: Any, limit: int = 64) -> Any:
-    """A body fit for a log line: long bytes become "<N bytes>", secrets are masked."""
-    if isinstance(value, dict):
-        return {k: ("<redacted>" if k in _SECRET_KEYS else _summarize(v, limit)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_summarize(v, limit) for v in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        n = len(value)
-        return bytes(value).hex() if n <= limit // 2 else f"<{n} bytes>"
-    return value
-
-
-def _local_address(conn: Connection) -> str | None:
-    """``host:port`` of the connection's own end, or None when it has no socket."""
-    sock = conn.sock
-    if sock is None:
-        return None
-    try:
-        host, port = sock.getsockname()[:2]
-    except OSError:
-        return None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _as_sent(f: InFlight, direction: str, body: Any) -> Any:
-    """A request body as its bytes carry it (encoded at the request's version and decoded
-    back: no field that version lacks), for ``debug=protocol``; answers are decoded already."""
-    if direction != "send" or not isinstance(body, dict) or f.version is None:
-        return body
-    try:
-        return _api.decode_request_body(f.api, f.version, _api.encode_request_body(f.api, f.version, body))
-    except (KwireError, KeyError, TypeError, ValueError):
-        return body
-
-
-PROTOCOL_LOG_BODY_CHARS = 200
-
-
-def _one_line(body: Any, limit: int = PROTOCOL_LOG_BODY_CHARS) -> str:
-    """The start of a body's repr for ``debug=protocol``: one line per frame, whatever the
-    body's size (``--trace`` shows whole bodies)."""
-    text = repr(body)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... (+{len(text) - limit} chars; --trace shows all)"
-
-
-def _redact(body: Any) -> Any:
-    if isinstance(body, dict) and _SECRET_KEYS.intersection(body):
-        return {k: ("<redacted>" if k in _SECRET_KEYS else v) for k, v in body.items()}
-    return body
-
-
-def _parse_bootstrap(servers: Iterable[str]) -> list[tuple[str, int]]:
-    out = []
-    for s in servers:
-        s = s.strip()
-        if not s:
-            continue
-        if "://" in s:  # "PLAINTEXT://host:port"
-            s = s.split("://", 1)[1]
-        if s.startswith("["):  # [v6addr]:port
-            host, _, port = s[1:].partition("]:")
-        else:
-            host, sep, port = s.rpartition(":")
-            if not sep:
-                host, port = s, "9092"
-        try:
-            out.append((host, int(port)))
-        except ValueError:
-            raise ConfigError(f"invalid value {s!r} in configuration property 'bootstrap.servers': "
-                              "expected host:port") from None
-    return out
 
 
 class NetworkClient:
@@ -236,13 +126,15 @@ class NetworkClient:
         self.reconnect_backoff_ms: int = cfg.reconnect_backoff_ms
         self.reconnect_backoff_max_ms: int = cfg.reconnect_backoff_max_ms
         self.max_frame_bytes: int = cfg.receive_message_max_bytes + FRAME_SLACK_BYTES
+        self._timeouts = Timeouts(request_timeout_ms=self.request_timeout_ms, setup_timeout_ms=self.setup_timeout_ms,
+                                  setup_stall_ms=self.setup_stall_ms)
         self.metadata = metadata or Metadata(cfg.metadata_max_age_ms, refresh_backoff_ms=cfg.retry_backoff_ms)
         self.auto_metadata = auto_metadata
         self.allow_auto_topic_creation = allow_auto_topic_creation
         if cfg.debug_enabled("protocol") and protocol_log.getEffectiveLevel() > logging.DEBUG:
             protocol_log.setLevel(logging.DEBUG)
-        self._bootstrap = _parse_bootstrap(cfg.bootstrap_servers)
-        if not self._bootstrap:
+        bootstrap = parse_bootstrap(cfg.bootstrap_servers)
+        if not bootstrap:
             raise ConfigError("configuration property 'bootstrap.servers' is required")
         protocol = cfg.security_protocol
         self._ssl_context = None
@@ -255,26 +147,13 @@ class NetworkClient:
                     raise ConfigError(f"configuration property {key!r} is required with "
                                       f"security.protocol={protocol}")
             self._sasl_mechanism = cfg["sasl.mechanism"].upper()
-        self._conns: dict[int, Connection] = {}
-        for i, (host, port) in enumerate(self._bootstrap):
-            node_id = -(i + 1)  # bootstrap connections have negative ids, like Java's client
-            self._conns[node_id] = Connection(node_id, host, port, self.max_frame_bytes)
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._pending_any: deque[InFlight] = deque()  # node_id=None requests awaiting a ready node
-        self._completed: list[InFlight] = []  # user requests finished since the last poll()
-        self._due_callbacks: deque[tuple[Callable[[InFlight], Any], InFlight]] = deque()
-        self._next_correlation_id = 1
-        self._finished_count = 0  # requests completed so far (internal ones too)
-        self._metadata_inflight: InFlight | None = None
+        self._nodes = Nodes(bootstrap, self.metadata, self.max_frame_bytes)
+        self._conns = self._nodes.conns  # node id -> Connection (owned by self._nodes)
         self._rng = random.Random()
-        self._closed = False
-        self._read_buf = bytearray(_READ_CHUNK_BYTES)
-        self._read_view = memoryview(self._read_buf)
-        self._authentication_error: AuthenticationError | None = None
+        self._dispatch = Dispatcher(cfg, self._nodes, self.metadata, trace=self._trace, rng=self._rng,
+                                    ssl_context=self._ssl_context, sasl_mechanism=self._sasl_mechanism)
+        self._transport = self._dispatch.transport
+        self._metadata_inflight: InFlight | None = None
 
     # === public API ======================================================================
     def send(self, node_id: int | None, api, body: dict | Callable[[int], dict], *,
@@ -290,7 +169,7 @@ class NetworkClient:
         includes connecting.  ``keep_raw``: also keep the response payload bytes (header and
         body, without the size prefix) as ``InFlight.raw`` (for golden files and hex dumps).
         """
-        f = self._submit(node_id, _api.api(api), body, version, timeout_ms, internal=False,
+        f = self._dispatch.submit(node_id, _api.api(api), body, version, timeout_ms, internal=False,
                          min_version=min_version, max_version=max_version)
         if keep_raw:
             f.raw = b""
@@ -300,7 +179,7 @@ class NetworkClient:
         """Do I/O for up to ``timeout_ms`` (returning early once something completes or on
         :meth:`wakeup`); return the requests that completed since the previous poll."""
         self._run(timeout_ms, until=None)
-        done, self._completed = self._completed, []
+        done, self._dispatch.completed = self._dispatch.completed, []
         return done
 
     def request(self, node_id: int | None, api, body: dict | Callable[[int], dict],
@@ -330,7 +209,7 @@ class NetworkClient:
         while not f.done:
             self._run(max(0, f.deadline_ms - now_ms()) + 1, until=f)
         try:
-            self._completed.remove(f)
+            self._dispatch.completed.remove(f)
         except ValueError:
             pass
         return f
@@ -343,10 +222,7 @@ class NetworkClient:
 
     def wakeup(self) -> None:
         """Interrupt a blocking :meth:`poll` (thread-safe)."""
-        try:
-            self._wake_w.send(b"\x01")
-        except (BlockingIOError, OSError):
-            pass  # already pending, or closed
+        self._transport.wakeup()
 
     def api_version(self, node_id: int | None, api) -> int:
         """The version a request of ``api`` to ``node_id`` would use (connecting if needed)."""
@@ -369,13 +245,13 @@ class NetworkClient:
         start = now_ms()
         deadline = start + timeout_ms
         while True:
-            conn = self._ready_conn(node_id)
+            conn = self._nodes.ready(node_id)
             if conn is not None:
                 return conn
             now = now_ms()
             if now >= deadline:
                 break
-            target = self._connect_target(node_id, now)
+            target = self._nodes.connect_target(node_id, now)
             if node_id is not None:
                 if target is None:
                     raise KafkaConnectionError(f"unknown broker node {node_id}")
@@ -386,19 +262,19 @@ class NetworkClient:
                         raise KafkaConnectionError(f"cannot connect to node {node_id} ({target.address}): "
                                                    f"{target.last_error}")
                     if now >= target.next_attempt_ms:
-                        self._connect(target, now)
+                        self._transport.connect(target, now)
             elif target is not None and target.state is ConnState.DISCONNECTED:
-                self._connect(target, now)
+                self._transport.connect(target, now)
             elif target is None:
-                cands = self._candidates()
-                if all(c.last_failure_ms is not None and c.last_failure_ms > start for c in cands):
-                    auth = _auth_error(cands)
+                cands = self._nodes.all_failed_since(start)
+                if cands is not None:
+                    auth = auth_error(cands)
                     if auth is not None:
                         raise auth
-                    raise KafkaConnectionError("no broker reachable" + self._last_errors(None))
+                    raise KafkaConnectionError("no broker reachable" + self._nodes.last_errors(None))
             self._run(min(deadline - now, 20), until=None, quiet=True)
         raise KafkaTimeoutError(f"no connection to {'any broker' if node_id is None else f'node {node_id}'} "
-                                f"within {timeout_ms} ms{self._last_errors(node_id)}")
+                                f"within {timeout_ms} ms{self._nodes.last_errors(node_id)}")
 
     def refresh_metadata(self, topics: Iterable[str] | None = ..., timeout_ms: int | None = None, *,
                          allow_auto_topic_creation: bool | None = None) -> Metadata:
@@ -412,7 +288,7 @@ class NetworkClient:
         def body(v: int) -> dict:
             return self.metadata.request_body(v, wanted_snapshot, allow_auto_topic_creation=auto)
 
-        f = self._submit(None, _METADATA, body, None, timeout_ms or self.config.socket_timeout_ms,
+        f = self._dispatch.submit(None, _METADATA, body, None, timeout_ms or self.config.socket_timeout_ms,
                          internal=False)
         self.wait(f)
         f.result()
@@ -424,29 +300,17 @@ class NetworkClient:
         authenticates again; None if there was none.  Layers that wait for metadata without a
         request of their own (a producer holding records for an unknown topic) check it to fail
         at once rather than at their deadline."""
-        return self._authentication_error
+        return self._dispatch.authentication_error
 
     def group_node(self, node_id: int, host: str | None = None, port: int | None = None) -> int:
         """The node id of a second connection to broker ``node_id`` (at ``host``:``port``, as
         FindCoordinator named it, else from metadata), for a group coordinator's traffic: its
         JoinGroup may wait for a whole rebalance, and must not hold up the fetches on the
         broker's ordinary connection.  Like Kafka's Java client, the id is 2^31 - 1 - node_id."""
-        alias = GROUP_NODE_BASE - node_id
-        conn = self._conns.get(alias)
-        if host is None or port is None:
-            b = self.metadata.broker(node_id)
-            if b is None:
-                return alias if conn is not None else node_id
-            host, port = b.host, b.port
-        if conn is None:
-            conn = self._conns[alias] = Connection(alias, host, port, self.max_frame_bytes)
-            conn.dedicated = True
-        elif (conn.host, conn.port) != (host, port) and conn.state is ConnState.DISCONNECTED:
-            conn.host, conn.port = host, port
-        return alias
+        return self._nodes.group_node(node_id, host, port)
 
     def least_loaded_node(self) -> int | None:
-        conn = self._least_loaded_ready()
+        conn = self._nodes.least_loaded_ready()
         return None if conn is None else conn.node_id
 
     def is_ready(self, node_id: int) -> bool:
@@ -465,36 +329,17 @@ class NetworkClient:
 
     def pending_count(self) -> int:
         """Requests queued or written and not yet done."""
-        return len(self._pending_any) + sum(c.load for c in self._conns.values())
+        return len(self._dispatch.pending_any) + sum(c.load for c in self._conns.values())
 
     def disconnect(self, node_id: int) -> None:
         """Close one connection (its in-flight requests fail with KafkaConnectionError)."""
         conn = self._conns.get(node_id)
         if conn is not None and conn.state is not ConnState.DISCONNECTED:
-            self._close_conn(conn, KafkaConnectionError(f"node {node_id}: disconnected by the client"),
-                             now_ms(), failure=False)
+            self._dispatch.close_conn(conn, KafkaConnectionError(f"node {node_id}: disconnected by the client"),
+                                      now_ms(), failure=False)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        now = now_ms()
-        err = KafkaConnectionError("network client closed")
-        for conn in self._conns.values():
-            if conn.state is not ConnState.DISCONNECTED:
-                self._close_conn(conn, err, now, failure=False)
-            while conn.queue:
-                self._fail(conn.queue.popleft(), err)
-        while self._pending_any:
-            self._fail(self._pending_any.popleft(), err)
-        self._run_callbacks()
-        try:
-            self._selector.unregister(self._wake_r)
-        except (KeyError, ValueError):
-            pass
-        self._selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._dispatch.close()
 
     def __enter__(self):
         return self
@@ -503,135 +348,40 @@ class NetworkClient:
         self.close()
 
     # === submitting ========================================================================
-    def _submit(self, node_id, a, body, version, timeout_ms, *, internal: bool,
-                min_version: int | None = None, max_version: int | None = None) -> InFlight:
-        if self._closed:
-            raise KafkaConnectionError("network client closed")
-        now = now_ms()
-        timeout = self.request_timeout_ms if timeout_ms is None else int(timeout_ms)
-        f = InFlight(a, body, node_id=node_id, version=version, timeout_ms=timeout, now_ms=now,
-                     internal=internal)
-        f.version_range = (min_version, max_version)
-        if version is not None:
-            try:
-                a.check_version(version)
-            except UnsupportedVersionError as exc:
-                self._fail(f, exc)
-                return f
-        if node_id is None:
-            self._pending_any.append(f)
-            return f
-        conn = self._conns.get(node_id)
-        if conn is None:
-            broker = self.metadata.broker(node_id)
-            if broker is None:
-                self._fail(f, KafkaConnectionError(f"unknown broker node {node_id} (not in metadata)"))
-                return f
-            conn = self._conns[node_id] = Connection(node_id, broker.host, broker.port, self.max_frame_bytes)
-        conn.queue.append(f)
-        if conn.ready:
-            self._flush_queue(conn, now)
-        return f
-
     def _choose_version(self, conn: Connection, a, requested: int | None,
                         caps: tuple[int | None, int | None] = (None, None)) -> int:
-        broker = (conn.api_versions or {}).get(a.key)
-        if broker is None:
-            raise UnsupportedVersionError(f"broker node {conn.node_id} ({conn.address}) does not support {a.name}")
-        lo = max(a.min_version, broker[0])
-        hi = min(a.max_version, broker[1])
-        if caps[0] is not None:
-            lo = max(lo, caps[0])
-        if caps[1] is not None:
-            hi = min(hi, caps[1])
-        if requested is not None:
-            if not lo <= requested <= hi:
-                raise UnsupportedVersionError(
-                    f"{a.name} v{requested} is not supported: kwire knows v{a.min_version}-{a.max_version}, "
-                    f"node {conn.node_id} v{broker[0]}-{broker[1]}")
-            return requested
-        if lo > hi:
-            raise UnsupportedVersionError(
-                f"no common {a.name} version: kwire knows v{a.min_version}-{a.max_version}, "
-                f"node {conn.node_id} v{broker[0]}-{broker[1]}")
-        return hi
-
-    def _flush_queue(self, conn: Connection, now: int) -> None:
-        """Encode the queued requests of a ready connection into its write buffer."""
-        if conn.reauth_at_ms and now >= conn.reauth_at_ms:
-            self._start_sasl(conn, now, reauth=True)  # they go out once the session is renewed
-            return
-        while conn.queue:
-            f = conn.queue.popleft()
-            if f.done:
-                continue
-            try:
-                version = self._choose_version(conn, f._api, f._requested_version, f.version_range)
-            except UnsupportedVersionError as exc:
-                self._fail(f, exc)
-                continue
-            self._write_request(conn, f, version, now)
-        self._try_write(conn, now)
-
-    def _write_request(self, conn: Connection, f: InFlight, version: int, now: int) -> None:
-        f.version = version
-        f.node_id = conn.node_id
-        try:
-            body = f._body_source(version) if callable(f._body_source) else f._body_source
-            if not isinstance(body, dict):
-                raise TypeError(f"request body must be a dict, got {type(body).__name__}")
-            cid = self._next_correlation_id
-            self._next_correlation_id = cid + 1 if cid < 0x7FFFFFFF else 1
-            frame = _api.encode_request(f._api, version, body, correlation_id=cid, client_id=self.client_id)
-        except KwireError as exc:
-            self._fail(f, exc)
-            return
-        except Exception as exc:  # a malformed body: report it on the request, keep the driver alive
-            err = ProtocolError(f"cannot encode {f.api} v{version}: {exc!r}")
-            err.__cause__ = exc
-            self._fail(f, err)
-            return
-        f.body = body
-        f.correlation_id = cid
-        f.size_bytes = len(frame)
-        if f.api_key == _PRODUCE.key and body.get("acks") == 0:
-            f.expect_response = False  # the broker sends nothing back for acks=0
-        else:
-            conn.in_flight[cid] = f
-        if conn.tls is not None:
-            frame = conn.tls.encrypt(frame)
-        conn.out.append([memoryview(frame), f])
-        self._trace("send", conn, f, body, len(frame))
+        return choose_version(conn.api_versions, a, requested, caps, node_id=conn.node_id,
+                              address=conn.address)
 
     # === the loop ===========================================================================
     def _run(self, timeout_ms: int, *, until: InFlight | None, quiet: bool = False) -> None:
         """Do I/O until ``until`` is done, or (without ``until``) until any request -- internal
         ones included -- completes, a wakeup, or ``timeout_ms``.  ``quiet``: completions from
         before this call do not count."""
-        if self._closed:
+        if self._dispatch.closed:
             raise KafkaConnectionError("network client closed")
-        start_count = self._finished_count
+        start_count = self._dispatch.finished_count
         now = now_ms()
         deadline = now + max(0, int(timeout_ms))
 
         def finished() -> bool:
             if until is not None:
                 return until.done
-            return self._finished_count != start_count or (bool(self._completed) and not quiet)
+            return self._dispatch.finished_count != start_count or (bool(self._dispatch.completed) and not quiet)
 
         while True:
             self._step(now)
-            self._run_callbacks()
+            self._dispatch.run_callbacks()
             done = finished()
             remaining = deadline - now
             if done or remaining <= 0:
                 wait_ms = 0
             else:
                 wait_ms = max(0, min(remaining, self._next_timer_ms(now) - now))
-            woken = self._select(wait_ms / 1000.0)
+            woken = self._transport.select(wait_ms / 1000.0)
             now = now_ms()
-            self._check_timeouts(now)
-            self._run_callbacks()
+            self._dispatch.apply_timeouts(now, self._timeouts, spare_idle_ms=SPARE_IDLE_MS)
+            self._dispatch.run_callbacks()
             if finished() or woken or now >= deadline:
                 return
 
@@ -639,17 +389,17 @@ class NetworkClient:
         """Everything poll() does before waiting: metadata, connects, dispatch, writes."""
         if self.auto_metadata and self._metadata_inflight is None and self.metadata.needs_update(now):
             self._send_metadata_refresh(now)
-        if self._pending_any:
-            self._dispatch_any(now)
+        if self._dispatch.pending_any:
+            self._dispatch.dispatch_any(now)
         for conn in list(self._conns.values()):
             if conn.queue:
                 if conn.ready:
-                    self._flush_queue(conn, now)
+                    self._dispatch.flush_queue(conn, now)
                 elif conn.state is ConnState.DISCONNECTED and now >= conn.next_attempt_ms:
-                    self._connect(conn, now)
+                    self._transport.connect(conn, now)
             if conn.out and conn.sock is not None and \
                     conn.state not in (ConnState.CONNECTING, ConnState.DISCONNECTED):
-                self._try_write(conn, now)
+                self._transport.write(conn, now)
 
     def _send_metadata_refresh(self, now: int) -> None:
         md = self.metadata
@@ -660,7 +410,7 @@ class NetworkClient:
             return md.request_body(v, wanted, allow_auto_topic_creation=auto)
 
         md.attempt(now)
-        f = self._submit(None, _METADATA, body, None, self.request_timeout_ms, internal=True)
+        f = self._dispatch.submit(None, _METADATA, body, None, self.request_timeout_ms, internal=True)
         self._metadata_inflight = f
         f.add_callback(self._on_metadata_refresh)
 
@@ -670,740 +420,14 @@ class NetworkClient:
         if f.error is not None:
             self.metadata.failed(now_ms())
 
-    def _learn_metadata(self, f: InFlight, body: dict, now: int) -> None:
-        """Every Metadata answer, whoever asked, updates the cache and broker addresses."""
-        topics = (f.body or {}).get("topics")
-        asked_all = topics is None or (f.version == 0 and not topics)
-        self.metadata.update(body, now, all_topics=asked_all)
-        for b in self.metadata.brokers.values():
-            conn = self._conns.get(b.node_id)
-            if conn is not None and (conn.host, conn.port) != (b.host, b.port) and \
-                    conn.state is ConnState.DISCONNECTED:
-                conn.host, conn.port = b.host, b.port
-
-    # --- choosing a node for node_id=None ---------------------------------------------------
-    def _least_loaded_ready(self) -> Connection | None:
-        best = None
-        for conn in self._conns.values():
-            if conn.ready and not conn.dedicated and (best is None or conn.load < best.load):
-                best = conn
-        return best
-
-    def _ready_conn(self, node_id: int | None) -> Connection | None:
-        if node_id is None:
-            return self._least_loaded_ready()
-        conn = self._conns.get(node_id)
-        return conn if conn is not None and conn.ready else None
-
-    def _candidates(self) -> list[Connection]:
-        """Connections worth trying for node_id=None: known brokers first, then bootstrap."""
-        out = []
-        for b in self.metadata.brokers.values():
-            conn = self._conns.get(b.node_id)
-            if conn is None:
-                conn = self._conns[b.node_id] = Connection(b.node_id, b.host, b.port, self.max_frame_bytes)
-            out.append(conn)
-        out.extend(c for nid, c in self._conns.items() if nid < 0)
-        return out
-
-    def _connect_target(self, node_id: int | None, now: int) -> Connection | None:
-        if node_id is not None:
-            conn = self._conns.get(node_id)
-            if conn is None:
-                broker = self.metadata.broker(node_id)
-                if broker is None:
-                    return None
-                conn = self._conns[node_id] = Connection(node_id, broker.host, broker.port, self.max_frame_bytes)
-            return conn
-        cands = self._candidates()
-        for conn in cands:
-            if conn.state in SETUP_STATES or conn.state is ConnState.REAUTHENTICATING:
-                return conn
-        # Bootstrap servers (and brokers) are tried in turn: the first not backing off.
-        usable = [c for c in cands if c.state is ConnState.DISCONNECTED and now >= c.next_attempt_ms]
-        if usable:
-            usable.sort(key=lambda c: (c.failures, c.last_failure_ms or 0))
-            return usable[0]
-        return None
-
-    def _dispatch_any(self, now: int) -> None:
-        conn = self._least_loaded_ready()
-        if conn is not None:
-            while self._pending_any:
-                f = self._pending_any.popleft()
-                if not f.done:
-                    conn.queue.append(f)
-            self._flush_queue(conn, now)
-            return
-        target = self._connect_target(None, now)
-        if target is not None and target.state is ConnState.DISCONNECTED:
-            self._connect(target, now)
-            return
-        if target is None:
-            # Everyone is backing off.  Requests that have seen every candidate fail since they
-            # were queued fail now; the others wait (their deadline still applies).
-            cands = self._candidates()
-            for f in list(self._pending_any):
-                # Strictly after: a failure in the very millisecond the request was made may
-                # belong to an older connection (one the caller just saw die).
-                if all(c.last_failure_ms is not None and c.last_failure_ms > f.created_ms for c in cands):
-                    self._pending_any.remove(f)
-                    self._fail(f, _auth_error(cands) or KafkaConnectionError(
-                        "no broker reachable: " + "; ".join(f"{c.address}: {c.last_error}" for c in cands)))
-
-    # --- connecting ---------------------------------------------------------------------------
-    def _connect(self, conn: Connection, now: int) -> None:
-        conn.connecting(now)
-        try:
-            infos = socket.getaddrinfo(conn.host, conn.port, type=socket.SOCK_STREAM)
-            family, _, proto, _, addr = infos[conn.addr_index % len(infos)]
-            conn.addr_index += 1
-            sock = socket.socket(family, socket.SOCK_STREAM, proto)
-        except OSError as exc:
-            self._close_conn(conn, KafkaConnectionError(f"cannot resolve {conn.address}: {exc}"), now)
-            return
-        sock.setblocking(False)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
-        conn.attach(sock)
-        err = sock.connect_ex(addr)
-        if err not in (0, errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EALREADY):
-            self._close_conn(conn, KafkaConnectionError(
-                f"cannot connect to node {conn.node_id} ({conn.address}): {errno.errorcode.get(err, err)}"), now)
-            return
-        self._selector.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-        _log.debug("connecting to node %s (%s)", conn.node_id, conn.address)
-        if err == 0:
-            self._on_connected(conn, now)
-
-    def _on_connected(self, conn: Connection, now: int) -> None:
-        if self._ssl_context is not None:
-            conn.connected(now, _tls.TlsSession(self._ssl_context, conn.host))
-            self._tls_handshake(conn, now)
-            return
-        conn.connected(now)
-        self._send_api_versions(conn, _API_VERSIONS.max_version, now)
-
-    # --- TLS ----------------------------------------------------------------------------------
-    def _tls_handshake(self, conn: Connection, now: int) -> None:
-        """Advance the TLS handshake; once done, negotiate ApiVersions over it."""
-        try:
-            done = conn.tls.handshake()
-        except AuthenticationError as exc:
-            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
-            self._close_conn(conn, exc, now)
-            return
-        out = conn.tls.outgoing()
-        if out:
-            conn.out.append([memoryview(out), None])
-        if not done:
-            self._try_write(conn, now)
-            return
-        _log.debug("node %s (%s): %s established (%s)", conn.node_id, conn.address, conn.tls.version,
-                   (conn.tls.cipher() or ("?",))[0])
-        conn.tls_established(now)
-        self._send_api_versions(conn, _API_VERSIONS.max_version, now)
-
-    def _on_tls_bytes(self, conn: Connection, data, now: int) -> bool:
-        """Ciphertext from the socket: advance the handshake or decrypt and frame; False if the
-        connection was closed."""
-        tls = conn.tls
-        tls.feed(data)
-        if conn.state is ConnState.TLS_HANDSHAKE:
-            self._tls_handshake(conn, now)
-            if conn.sock is None or conn.state is ConnState.TLS_HANDSHAKE:
-                return conn.sock is not None
-        try:
-            plain = tls.read()
-        except AuthenticationError as exc:
-            _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
-            self._close_conn(conn, exc, now)
-            return False
-        except KafkaConnectionError as exc:
-            self._close_conn(conn, KafkaConnectionError(
-                f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
-            return False
-        out = tls.outgoing()  # e.g. a TLS 1.3 key update answer
-        if out:
-            conn.out.append([memoryview(out), None])
-            self._try_write(conn, now)
-            if conn.sock is None:
-                return False
-        if not plain:
-            return True
-        try:
-            frames = conn.reader.feed(plain)
-        except ProtocolError as exc:
-            self._protocol_failure(conn, exc, now)
-            return False
-        for payload in frames:
-            if not self._on_frame(conn, payload, now):
-                return False
-        if conn.abandoned or conn.discarding is not None:
-            self._skip_abandoned(conn)
-        return conn.sock is not None
-
-    # --- setup requests: ApiVersions, SaslHandshake, SaslAuthenticate ----------------------------
-    def _send_setup(self, conn: Connection, a, version: int, body: dict, now: int, *,
-                    timeout_ms: int | None = None) -> None:
-        f = InFlight(a, body, node_id=conn.node_id, version=version,
-                     timeout_ms=self.setup_timeout_ms if timeout_ms is None else timeout_ms,
-                     now_ms=now, internal=True)
-        conn.handshake = f
-        self._write_request(conn, f, version, now)
-        self._try_write(conn, now)
-
-    def _send_api_versions(self, conn: Connection, version: int, now: int) -> None:
-        conn.handshake_version = version
-        body = {"client_software_name": "kwire", "client_software_version": __version__}
-        self._send_setup(conn, _API_VERSIONS, version, body, now)
-
-    def _start_sasl(self, conn: Connection, now: int, *, reauth: bool = False) -> None:
-        """SaslHandshake v1 naming the mechanism, after ApiVersions -- or, with ``reauth``, on a
-        READY connection whose session is ending (KIP-368): the same exchange, written behind
-        the requests in flight.  It may wait behind them, so it gets request.timeout.ms."""
-        if reauth:
-            _log.debug("node %s (%s): SASL session lifetime ending; re-authenticating (%d in flight)",
-                       conn.node_id, conn.address, len(conn.in_flight))
-        versions = conn.api_versions or {}
-        hs = versions.get(_SASL_HANDSHAKE.key)
-        if hs is None or hs[1] < 1 or _SASL_AUTHENTICATE.key not in versions:
-            raise AuthenticationError(
-                f"node {conn.node_id} ({conn.address}) does not offer SaslHandshake v1 and "
-                f"SaslAuthenticate: is it a SASL listener (security.protocol="
-                f"{self.config.security_protocol})?")
-        cfg = self.config
-        conn.authenticating(now, _sasl.new_mechanism(self._sasl_mechanism, cfg["sasl.username"],
-                                                     cfg["sasl.password"]), reauth=reauth)
-        self._send_setup(conn, _SASL_HANDSHAKE, 1, {"mechanism": conn.sasl.name}, now,
-                         timeout_ms=self.request_timeout_ms if reauth else None)
-
-    def _on_sasl_response(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
-        body = _decode_body(f._api, f.version, payload)
-        self._complete(f, body, now, conn, len(payload) + 4)
-        mech = conn.sasl
-        code = body["error_code"]
-        where = f"node {conn.node_id} ({conn.address})"
-        if f.api_key == _SASL_HANDSHAKE.key:
-            if code == _UNSUPPORTED_SASL_MECHANISM:
-                offered = ", ".join(body.get("mechanisms") or []) or "none"
-                raise AuthenticationError(f"{where} does not enable SASL mechanism {mech.name} "
-                                          f"(sasl.mechanism); it offers: {offered}")
-            if code != 0:
-                raise AuthenticationError(f"{where} refused SaslHandshake: {for_code(code)}")
-            self._send_sasl_authenticate(conn, mech.initial(), now)
-            return
-        user = self.config["sasl.username"]
-        if code != 0:
-            raise AuthenticationError(f"SASL {mech.name} authentication as {user!r} failed at {where}: "
-                                      f"{for_code(code, body.get('error_message'))}")
-        try:
-            reply = mech.step(body["auth_bytes"])
-        except AuthenticationError as exc:
-            raise AuthenticationError(f"SASL authentication as {user!r} failed at {where}: {exc}") from None
-        if not mech.done:
-            self._send_sasl_authenticate(conn, reply, now)
-            return
-        lifetime = body.get("session_lifetime_ms") or 0
-        conn.sasl_session_lifetime_ms = lifetime
-        _log.debug("node %s (%s): authenticated with %s (session lifetime %s ms)", conn.node_id,
-                   conn.address, mech.name, lifetime or "unlimited")
-        # The broker's clock started between our request and its answer: count from the request.
-        sent_ms = f.sent_ms if f.sent_ms is not None else now
-        reauth_at_ms = sent_ms + int(lifetime * _REAUTH_SHARE * self._rng.uniform(0.95, 1.0)) if lifetime > 0 else 0
-        self._become_ready(conn, now, reauth_at_ms)
-
-    def _send_sasl_authenticate(self, conn: Connection, auth_bytes: bytes, now: int) -> None:
-        version = self._choose_version(conn, _SASL_AUTHENTICATE, None)
-        self._send_setup(conn, _SASL_AUTHENTICATE, version, {"auth_bytes": auth_bytes}, now)
-
-    def _become_ready(self, conn: Connection, now: int, reauth_at_ms: int = 0) -> None:
-        self._authentication_error = None
-        conn.become_ready(now, reauth_at_ms)
-        if conn.queue:
-            self._flush_queue(conn, now)
-
-    def _on_api_versions(self, conn: Connection, f: InFlight, payload: bytearray, now: int) -> None:
-        """The handshake's answer.
-
-        KIP-511: a broker that does not know our ApiVersions version answers UNSUPPORTED_VERSION
-        with a v0-format body listing (at least) its ApiVersions range; we retry with the newest
-        version both know.  Quirk: librdkafka's mock cluster (2.x) answers that error with a body
-        that is neither v0 nor flexible (a one-byte array count, a throttle time); when the error
-        body does not parse as v0 we simply step down one version and ask again.
-        """
-        error_code = _I16.unpack_from(payload, 4)[0] if len(payload) >= 6 else -1
-        if error_code == _UNSUPPORTED_VERSION:
-            try:
-                body = _api.decode_response(_API_VERSIONS, 0, payload).body
-                theirs = next((k["max_version"] for k in body["api_keys"]
-                               if k["api_key"] == _API_VERSIONS.key), None)
-            except KwireError:
-                body = {"error_code": error_code, "api_keys": []}
-                theirs = None
-            self._complete(f, body, now, conn, len(payload) + 4)
-            retry = f.version - 1 if theirs is None else min(_API_VERSIONS.max_version, theirs, f.version - 1)
-            if retry < 0:
-                raise ProtocolError(f"node {conn.node_id} supports no ApiVersions version kwire knows")
-            _log.debug("node %s: ApiVersions v%d unsupported; retrying with v%d", conn.node_id, f.version, retry)
-            self._send_api_versions(conn, retry, now)
-            return
-        body = _api.decode_response(_API_VERSIONS, f.version, payload).body
-        self._complete(f, body, now, conn, len(payload) + 4)
-        if body["error_code"] != 0:
-            from ..errors import for_code
-            raise for_code(body["error_code"], f"ApiVersions v{f.version} refused by node {conn.node_id}")
-        conn.api_versions = {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]}
-        _log.debug("node %s (%s): ApiVersions v%d answered", conn.node_id, conn.address, f.version)
-        if self._sasl_mechanism is not None:
-            self._start_sasl(conn, now)
-        else:
-            self._become_ready(conn, now)
-
-    def _close_conn(self, conn: Connection, error: KwireError, now: int, *, failure: bool = True) -> None:
-        sock, was, lost, handshake = conn.shut(now, error, failure=failure, next_attempt_ms=lambda n: backoff_ms(
-            n, self.reconnect_backoff_ms, self.reconnect_backoff_max_ms, self._rng))
-        if sock is not None:
-            try:
-                self._selector.unregister(sock)
-            except (KeyError, ValueError):
-                pass
-            sock.close()
-        if failure:
-            _log.debug("node %s (%s): %s; retry in %d ms", conn.node_id, conn.address, error,
-                       conn.next_attempt_ms - now)
-        for f in lost:
-            if f is not handshake and not f.done:
-                self._fail(f, _as_connection_error(error, conn))
-        if handshake is not None and not handshake.done:
-            self._fail(handshake, error)
-        if was not in (ConnState.READY, ConnState.REAUTHENTICATING) or isinstance(error, AuthenticationError):
-            # The connection never became usable, or the credentials stopped working: what waited
-            # for it fails now (callers retry, or — for node_id=None requests — another broker
-            # is tried).
-            while conn.queue:
-                self._fail(conn.queue.popleft(), _as_connection_error(error, conn))
-            if isinstance(error, AuthenticationError):
-                self._authentication_error = error
-                # Every broker takes the same credentials: waiting for another is futile.
-                while self._pending_any:
-                    self._fail(self._pending_any.popleft(), error)
-
-    # --- I/O ------------------------------------------------------------------------------------
-    def _select(self, timeout_s: float) -> bool:
-        woken = False
-        try:
-            events = self._selector.select(timeout_s)
-        except InterruptedError:
-            return False
-        now = now_ms()
-        for key, mask in events:
-            conn = key.data
-            if conn is None:
-                woken = True
-                try:
-                    while self._wake_r.recv(1024):
-                        pass
-                except (BlockingIOError, OSError):
-                    pass
-                continue
-            if conn.sock is None or key.fileobj is not conn.sock:
-                continue
-            if conn.state is ConnState.CONNECTING:
-                if mask & (selectors.EVENT_WRITE | selectors.EVENT_READ):
-                    err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                    if err:
-                        self._close_conn(conn, KafkaConnectionError(
-                            f"cannot connect to node {conn.node_id} ({conn.address}): {os.strerror(err)}"), now)
-                        continue
-                    self._on_connected(conn, now)
-                continue
-            if mask & selectors.EVENT_READ:
-                self._read(conn, now)
-            if conn.sock is not None and mask & selectors.EVENT_WRITE:
-                self._try_write(conn, now)
-        return woken
-
-    def _try_write(self, conn: Connection, now: int) -> None:
-        sock = conn.sock
-        if sock is None or conn.state is ConnState.CONNECTING:
-            return
-        out = conn.out
-        while out:
-            views = [item[0] for item in itertools.islice(out, _IOV_MAX)]
-            try:
-                n = sock.sendmsg(views) if len(views) > 1 else sock.send(views[0])
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) lost while writing: {exc}"), now)
-                return
-            while n and out:
-                item = out[0]
-                view = item[0]
-                if n >= len(view):
-                    n -= len(view)
-                    out.popleft()
-                    f = item[1]
-                    if f is not None:
-                        f.sent_ms = now
-                        f.sent_ns = time.monotonic_ns()
-                        if not f.expect_response:
-                            self._complete(f, None, now, conn)
-                else:
-                    item[0] = view[n:]
-                    n = 0
-            if out:
-                break  # the kernel buffer is full
-        want_write = bool(out)
-        if want_write != conn.write_registered and conn.sock is not None:
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want_write else 0)
-            self._selector.modify(conn.sock, events, conn)
-            conn.write_registered = want_write
-
-    def _read(self, conn: Connection, now: int) -> None:
-        reader = conn.reader
-        for _ in range(_MAX_READS_PER_EVENT):
-            sock = conn.sock
-            if sock is None:
-                return
-            direct = reader.direct_buffer() if conn.tls is None else None
-            try:
-                if direct is not None and _WAITALL:
-                    n = _recv_waitall(sock, direct)
-                elif direct is not None:
-                    n = sock.recv_into(direct)
-                else:
-                    n = sock.recv_into(self._read_view)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) lost: {exc}"), now)
-                return
-            if n == 0:
-                where = " mid-response" if reader.mid_frame else _CLOSED_DURING.get(conn.state, "")
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection to node {conn.node_id} ({conn.address}) closed by the broker{where}"), now)
-                return
-            conn.last_recv_ms = now
-            if conn.tls is not None:
-                if not self._on_tls_bytes(conn, self._read_view[:n], now):
-                    return
-                if n < len(self._read_buf):
-                    return
-                continue
-            try:
-                frames = reader.direct_filled(n) if direct is not None else reader.feed(self._read_view[:n])
-            except ProtocolError as exc:
-                self._protocol_failure(conn, exc, now)
-                return
-            for payload in frames:
-                if not self._on_frame(conn, payload, now):
-                    return
-            if conn.abandoned or conn.discarding is not None:
-                self._skip_abandoned(conn)
-            if direct is None:
-                if n < len(self._read_buf):
-                    return  # drained the socket for now
-            elif _WAITALL and n < len(direct):
-                return  # the answer is not complete yet: back to the loop until more arrives
-
-    def _on_frame(self, conn: Connection, payload: bytearray, now: int) -> bool:
-        """Match and decode one response frame; False if the connection was closed."""
-        if len(payload) < 4:
-            self._protocol_failure(conn, ProtocolError(f"response frame of {len(payload)} bytes has no header"), now)
-            return False
-        cid = _api.peek_correlation_id(payload)
-        f = conn.in_flight.pop(cid, None)
-        if f is None:
-            if conn.abandoned.pop(cid, None) is not None:
-                return True  # the answer to a request that already timed out
-            self._protocol_failure(conn, ProtocolError(
-                f"node {conn.node_id} sent a response with unknown correlation id {cid}"), now)
-            return False
-        f.received_ms = now
-        f.received_ns = time.monotonic_ns()
-        if f.raw is not None:
-            f.raw = bytes(payload)
-        if f is conn.handshake:
-            try:
-                if f.api_key == _API_VERSIONS.key:
-                    self._on_api_versions(conn, f, payload, now)
-                else:
-                    self._on_sasl_response(conn, f, payload, now)
-            except AuthenticationError as exc:
-                _log.warning("node %s (%s): %s", conn.node_id, conn.address, exc)
-                self._close_conn(conn, exc, now)
-                return False
-            except KwireError as exc:
-                self._protocol_failure(conn, exc, now)
-                return False
-            return conn.sock is not None
-        try:
-            body = _decode_body(f._api, f.version, payload)
-        except KwireError as exc:
-            self._fail(f, ProtocolError(f"cannot decode {f.api} v{f.version} response from node "
-                                        f"{conn.node_id}: {exc}") if not isinstance(exc, ProtocolError) else exc)
-            return True
-        self._complete(f, body, now, conn, len(payload) + 4)
-        return True
-
-    @staticmethod
-    def _skip_abandoned(conn: Connection) -> None:
-        """The answer being read is to a request that timed out: skip the rest of it unstored
-        (it may claim up to receive.message.max.bytes; nobody will read it)."""
-        reader = conn.reader
-        if conn.discarding is not None and not reader.discarding:
-            conn.discarding = None  # the skipped answer is over
-        cid = reader.current_correlation_id
-        if cid is not None:
-            entry = conn.abandoned.pop(cid, None)
-            if entry is not None:
-                reader.discard_current()
-                conn.discarding = entry
-
-    def _oldest_abandoned(self, conn: Connection) -> tuple[int, int] | None:
-        """(sent_ms, timeout_ms) of the oldest request that timed out unanswered (its answer
-        may be arriving, or being skipped)."""
-        if conn.discarding is not None:
-            if conn.reader.discarding:
-                return conn.discarding
-            conn.discarding = None
-        return next(iter(conn.abandoned.values()), None)
-
-    def _protocol_failure(self, conn: Connection, exc: KwireError, now: int) -> None:
-        # The request at the head of the line gets the real error; the rest lost their connection.
-        head = next(iter(conn.in_flight.values()), None)
-        if head is not None and not head.done and head is not conn.handshake:
-            conn.in_flight.pop(head.correlation_id, None)
-            self._fail(head, exc)
-        _log.warning("node %s (%s): %s; closing the connection", conn.node_id, conn.address, exc)
-        self._close_conn(conn, KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) "
-                                                    f"closed after a protocol error: {exc}"), now)
-
-    # --- timeouts ---------------------------------------------------------------------------------
+    # --- set-up requests: the exchanges of kwire.net.handshake and kwire.net.sasl_exchange ---------
+    # --- timeouts: kwire.net.timers says what is due ----------------------------------------------
     def _next_timer_ms(self, now: int) -> int:
-        t = now + 60_000
-        if self.auto_metadata and self._metadata_inflight is None:
-            t = min(t, now + self.metadata.ms_until_update(now))
-        for f in self._pending_any:
-            t = min(t, f.deadline_ms)
-        if self._pending_any:
-            for c in self._candidates():
-                if c.state is ConnState.DISCONNECTED:
-                    t = min(t, max(now, c.next_attempt_ms))
-        for conn in self._conns.values():
-            if conn.state in SETUP_STATES:
-                t = min(t, conn.state_since_ms + self.setup_timeout_ms,
-                        max(conn.state_since_ms, conn.last_recv_ms) + self._setup_stall_ms(conn))
-            elif conn.reauth_at_ms and conn.state is ConnState.READY:
-                t = min(t, max(now, conn.reauth_at_ms))
-            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None:
-                t = min(t, conn.handshake.deadline_ms)
-            if conn.queue:
-                t = min(t, min(f.deadline_ms for f in conn.queue))
-                if conn.state is ConnState.DISCONNECTED:
-                    t = min(t, max(now, conn.next_attempt_ms))
-            if conn.in_flight:
-                t = min(t, min(f.deadline_ms for f in conn.in_flight.values()))
-            if conn.state is ConnState.READY and (conn.abandoned or conn.discarding is not None):
-                oldest = self._oldest_abandoned(conn)
-                if oldest is not None:
-                    t = min(t, max(now, oldest[0] + max(oldest[1], self.request_timeout_ms)))
-        return t
-
-    def _check_timeouts(self, now: int) -> None:
-        for f in [f for f in self._pending_any if now >= f.deadline_ms]:
-            self._pending_any.remove(f)
-            self._fail(f, KafkaTimeoutError(f"{f.api} request timed out after {f.timeout_ms} ms "
-                                            f"waiting for a broker connection{self._last_errors(None)}"))
-        for conn in list(self._conns.values()):
-            if conn.state in SETUP_STATES and now - conn.state_since_ms >= self.setup_timeout_ms:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"connection setup to node {conn.node_id} ({conn.address}) timed out after "
-                    f"{self.setup_timeout_ms} ms in state {conn.state.name} "
-                    f"(socket.connection.setup.timeout.ms)"), now)
-                continue
-            if conn.state in SETUP_STATES:
-                stall_ms = self._setup_stall_ms(conn)
-                if now - max(conn.state_since_ms, conn.last_recv_ms) >= stall_ms:
-                    conn.setup_stalls += 1
-                    self._close_conn(conn, KafkaConnectionError(
-                        f"connection setup to node {conn.node_id} ({conn.address}) made no progress "
-                        f"for {stall_ms} ms in state {conn.state.name} "
-                        "(socket.connection.setup.stall.ms)"), now)
-                    continue
-            if conn.reauth_at_ms and conn.state is ConnState.READY and now >= conn.reauth_at_ms:
-                self._start_sasl(conn, now, reauth=True)  # KIP-368: renew the session in band
-                if conn.sock is None:
-                    continue
-            elif conn.state is ConnState.REAUTHENTICATING and conn.handshake is not None \
-                    and now >= conn.handshake.deadline_ms:
-                self._close_conn(conn, KafkaConnectionError(
-                    f"SASL re-authentication with node {conn.node_id} ({conn.address}) got no answer "
-                    f"within {conn.handshake.timeout_ms} ms"), now)
-                continue
-            if not conn.in_flight and now - conn.last_recv_ms >= SPARE_IDLE_MS and conn.reader.spare_bytes:
-                conn.reader.release_spares()  # idle: do not keep large receive buffers around
-            if conn.queue:
-                for f in [f for f in conn.queue if now >= f.deadline_ms]:
-                    conn.queue.remove(f)
-                    last = f"; last error: {conn.last_error}" if conn.last_error else ""
-                    self._fail(f, KafkaTimeoutError(f"{f.api} request to node {conn.node_id} timed out after "
-                                                    f"{f.timeout_ms} ms before it could be sent{last}"))
-            if conn.in_flight:
-                for cid, f in list(conn.in_flight.items()):
-                    if now >= f.deadline_ms and f is not conn.handshake:
-                        del conn.in_flight[cid]
-                        conn.abandoned[cid] = (f.sent_ms if f.sent_ms is not None else f.created_ms,
-                                               f.timeout_ms)
-                        self._fail(f, KafkaTimeoutError(
-                            f"{f.api} v{f.version} request to node {conn.node_id} ({conn.address}) "
-                            f"got no response within {f.timeout_ms} ms"))
-            if (conn.abandoned or conn.discarding is not None) and conn.state is ConnState.READY:
-                # Responses come in order: if the oldest unanswered request has not had its
-                # answer completed in the time any timeout allows -- whatever trickles in (a
-                # dripping answer must not wedge the connection) -- the broker, or the path to
-                # it, is broken, and everything behind it would wait too.
-                oldest = self._oldest_abandoned(conn)
-                if oldest is not None and now - oldest[0] >= max(oldest[1], self.request_timeout_ms):
-                    self._close_conn(conn, KafkaConnectionError(
-                        f"node {conn.node_id} ({conn.address}) did not complete an answer within "
-                        f"{max(oldest[1], self.request_timeout_ms)} ms of its request"), now)
-
-    def _setup_stall_ms(self, conn: Connection) -> int:
-        """How long this setup attempt may go without progress: socket.connection.setup.stall.ms,
-        doubled per consecutive stalled attempt, up to socket.connection.setup.timeout.ms."""
-        return min(self.setup_timeout_ms, self.setup_stall_ms << min(conn.setup_stalls, 20))
-
-    def _last_errors(self, node_id: int | None) -> str:
-        conns = [self._conns[node_id]] if node_id in self._conns else (
-            self._candidates() if node_id is None else [])
-        errs = [f"{c.address}: {c.last_error}" for c in conns if c.last_error is not None]
-        return ("; " + "; ".join(errs)) if errs else ""
+        md_due = now + self.metadata.ms_until_update(now) \
+            if self.auto_metadata and self._metadata_inflight is None else None
+        return self._timeouts.next_wake_ms(now, self._conns.values(), self._dispatch.pending_any,
+                                           self._nodes.candidates() if self._dispatch.pending_any else None, md_due)
 
     # --- completion ---------------------------------------------------------------------------------
-    def _complete(self, f: InFlight, body: dict | None, now: int, conn: Connection,
-                  size_bytes: int | None = None) -> None:
-        if f.done:
-            return
-        f.response = body
-        if body is not None:
-            if f.received_ms is None:
-                f.received_ms = now
-            self._trace("recv", conn, f, body, size_bytes)
-            if f.api_key == _METADATA.key:
-                self._learn_metadata(f, body, now)
-        self._finish(f)
-
-    def _fail(self, f: InFlight, error: KwireError) -> None:
-        if f.done:
-            return
-        f.error = error
-        self._finish(f)
-
-    def _finish(self, f: InFlight) -> None:
-        f._done = True
-        self._finished_count += 1
-        if not f.internal:
-            self._completed.append(f)
-        cbs, f._callbacks = f._callbacks, None
-        if cbs:
-            # Run later, at a point where no connection is half-way through a state change
-            # (_run_callbacks): a callback may send, close or fail requests itself.
-            self._due_callbacks.extend((cb, f) for cb in cbs)
-
-    def _run_callbacks(self) -> None:
-        """The callbacks of requests finished since the last call, outside of any I/O handling."""
-        due = self._due_callbacks
-        while due:
-            cb, f = due.popleft()
-            try:
-                cb(f)
-            except Exception:  # a callback's bug must not wedge the driver
-                _log.exception("callback of %r raised", f)
-
     def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
-        if self.stats is not None:
-            self.stats.on_io(direction, conn, f.api, size,
-                             f.rtt_us if direction == "recv" else None)
-        tracer = self.tracer
-        logging_on = protocol_log.isEnabledFor(logging.DEBUG)
-        if tracer is None and not logging_on:
-            return
-        rtt_us = f.rtt_us if direction == "recv" else None
-        event = {
-            "direction": direction, "node_id": conn.node_id, "address": conn.address,
-            "local_address": _local_address(conn), "client_id": self.client_id,
-            "api": f.api, "api_key": f.api_key, "version": f.version,
-            "correlation_id": f.correlation_id,
-            "size_bytes": size if size is not None else f.size_bytes,
-            "rtt_ms": f.rtt_ms if direction == "recv" else None,
-            "rtt_us": rtt_us,
-            "body": _redact(body),
-        }
-        if tracer is not None:
-            try:
-                tracer(event)
-            except Exception:
-                _log.exception("tracer raised")
-        if logging_on:
-            rtt = f" rtt={rtt_us / 1000:.3f}ms" if rtt_us is not None else ""
-            protocol_log.debug("%s node=%s %s->%s %s v%s corr=%s size=%s%s body=%s", direction, conn.node_id,
-                               event["local_address"], conn.address, f.api, f.version, f.correlation_id,
-                               event["size_bytes"], rtt, _one_line(_summarize(_redact(_as_sent(f, direction, body)))))
-
-
-def _decode_body(a, version: int, payload) -> dict:
-    """Decode a response payload, strictly -- with one tolerated quirk.
-
-    librdkafka's mock cluster (2.x) ends flexible responses with one extra empty tagged-field
-    section (a lone 0x00 after the body).  Trailing bytes that are all zero, at most
-    :data:`_MAX_ZERO_PADDING` of them, are therefore ignored; anything else left over is still a
-    TrailingBytesError.
-    """
-    try:
-        return _api.decode_response(a, version, payload).body
-    except TrailingBytesError:
-        if not a.is_flexible(version):
-            raise
-        for pad in range(1, _MAX_ZERO_PADDING + 1):
-            if len(payload) <= pad or payload[-pad] != 0:
-                break
-            try:
-                return _api.decode_response(a, version, memoryview(payload)[:-pad]).body
-            except TrailingBytesError:
-                continue
-        raise
-
-
-def _auth_error(conns) -> AuthenticationError | None:
-    for c in conns:
-        if isinstance(c.last_error, AuthenticationError):
-            return c.last_error
-    return None
-
-
-def _as_connection_error(error: KwireError, conn: Connection) -> KwireError:
-    if isinstance(error, (KafkaConnectionError, AuthenticationError)):
-        return error
-    err = KafkaConnectionError(f"connection to node {conn.node_id} ({conn.address}) failed: {error}")
-    err.__cause__ = error
-    return err
-
-
-def _recv_waitall(sock: socket.socket, view: memoryview) -> int:
-    """``recv_into(view)`` that waits, GIL released, until ``view`` is full, the connection
-    ends, or :data:`WAITALL_TIMEOUT_S` passes (then what arrived; BlockingIOError if nothing)."""
-    sec = int(WAITALL_TIMEOUT_S)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
-                    struct.pack("ll", sec, int((WAITALL_TIMEOUT_S - sec) * 1e6)))
-    sock.setblocking(True)
-    try:
-        return sock.recv_into(view, len(view), socket.MSG_WAITALL)
-    finally:
-        sock.setblocking(False)
+        trace(direction, conn, f, body, size, tracer=self.tracer, stats=self.stats, client_id=self.client_id)

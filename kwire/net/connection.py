@@ -1,6 +1,6 @@
 """One broker connection: its state machine, its queues, and the request it is waiting on.
 
-The :class:`~kwire.net.client.NetworkClient` owns the sockets and moves bytes; this module
+The :class:`~kwire.net.transport.Transport` owns the sockets and moves bytes; this module
 holds what a connection *is*: an explicit state (:class:`ConnState`, legal transitions checked
 in :meth:`Connection.transition`), the requests queued until it is ready, the requests written
 and awaiting their response (keyed by correlation id: several may be in flight at once — Kafka
@@ -29,10 +29,14 @@ import random
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KwireError
 from .framing import FrameReader
+
+if TYPE_CHECKING:
+    from .handshake import ApiVersionsNegotiation
+    from .sasl_exchange import SaslExchange
 
 
 class ConnState(enum.Enum):
@@ -158,7 +162,7 @@ def backoff_ms(failures: int, base_ms: int, max_ms: int, rng: random.Random | No
 
 
 class Connection:
-    """The state of one broker connection (the socket itself is driven by NetworkClient)."""
+    """The state of one broker connection (the socket itself is driven by the Transport)."""
 
     def __init__(self, node_id: int, host: str, port: int, max_frame_bytes: int):
         self.node_id = node_id
@@ -176,8 +180,8 @@ class Connection:
         #                                              skipped by the reader (an abandoned one)
         self.out: deque[list[Any]] = deque()  # [memoryview, InFlight | None] not yet written
         self.api_versions: dict[int, tuple[int, int]] | None = None
-        self.handshake: InFlight | None = None
-        self.handshake_version = -1
+        self.handshake: InFlight | None = None  # the set-up request in flight
+        self.negotiation: ApiVersionsNegotiation | None = None  # the ApiVersions exchange (NEGOTIATING)
         self.failures = 0  # consecutive failed attempts
         self.setup_stalls = 0  # consecutive attempts given up for making no progress in setup
         self.next_attempt_ms = 0
@@ -187,7 +191,7 @@ class Connection:
         self.write_registered = False
         self.addr_index = 0  # which getaddrinfo result to try next
         self.tls = None  # TlsSession while connected with TLS
-        self.sasl = None  # the SASL mechanism during AUTHENTICATING
+        self.sasl: SaslExchange | None = None  # the SASL exchange during (RE)AUTHENTICATING
         self.sasl_session_lifetime_ms = 0  # KIP-368: the broker's answer, 0 = no limit
         self.reauth_at_ms = 0  # when to re-authenticate (KIP-368; 0 = never)
         self.reauthentications = 0  # completed in-band re-authentications of this connection
@@ -237,17 +241,18 @@ class Connection:
     def tls_established(self, now_ms: int) -> None:
         self.transition(ConnState.NEGOTIATING, now_ms)
 
-    def authenticating(self, now_ms: int, mechanism: Any, *, reauth: bool = False) -> None:
+    def authenticating(self, now_ms: int, exchange: SaslExchange, *, reauth: bool = False) -> None:
         """A SASL exchange begins: after ApiVersions, or (KIP-368) on a READY connection whose
         session is ending."""
         self.transition(ConnState.REAUTHENTICATING if reauth else ConnState.AUTHENTICATING, now_ms)
-        self.sasl = mechanism
+        self.sasl = exchange
 
     def become_ready(self, now_ms: int, reauth_at_ms: int = 0) -> None:
         """Set up (or re-authenticated): requests may go; the failure counts start over."""
         if self.state is ConnState.REAUTHENTICATING:
             self.reauthentications += 1
         self.handshake = None
+        self.negotiation = None
         self.sasl = None
         self.reauth_at_ms = reauth_at_ms
         self.transition(ConnState.READY, now_ms)
@@ -279,6 +284,36 @@ class Connection:
             self.next_attempt_ms = now_ms + next_attempt_ms(self.failures)
         return sock, was, in_flight + unsent, handshake
 
+    # --- answers to requests that timed out: skipped unstored as they arrive ---------------------
+
+    def abandon(self, correlation_id: int) -> InFlight:
+        """Request ``correlation_id``, written, timed out: its answer, if it comes, is skipped."""
+        f = self.in_flight.pop(correlation_id)
+        self.abandoned[correlation_id] = (f.sent_ms if f.sent_ms is not None else f.created_ms, f.timeout_ms)
+        return f
+
+    def skip_abandoned(self) -> None:
+        """The answer being read is to a request that timed out: skip the rest of it unstored
+        (it may claim up to receive.message.max.bytes; nobody will read it)."""
+        reader = self.reader
+        if self.discarding is not None and not reader.discarding:
+            self.discarding = None  # the skipped answer is over
+        cid = reader.current_correlation_id
+        if cid is not None:
+            entry = self.abandoned.pop(cid, None)
+            if entry is not None:
+                reader.discard_current()
+                self.discarding = entry
+
+    def oldest_abandoned(self) -> tuple[int, int] | None:
+        """(sent_ms, timeout_ms) of the oldest request that timed out unanswered (its answer
+        may be arriving, or being skipped)."""
+        if self.discarding is not None:
+            if self.reader.discarding:
+                return self.discarding
+            self.discarding = None
+        return next(iter(self.abandoned.values()), None)
+
     def reset_buffers(self) -> None:
         self.reader = FrameReader(self.max_frame_bytes)
         self.out.clear()
@@ -286,6 +321,7 @@ class Connection:
         self.abandoned = {}
         self.discarding = None
         self.handshake = None
+        self.negotiation = None
         self.write_registered = False
         self.tls = None
         self.sasl = None

@@ -1,7 +1,7 @@
 """SASL client mechanisms: PLAIN (RFC 4616) and SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, 7677).
 
 No I/O.  A mechanism produces the bytes of each SaslAuthenticate request and checks each answer;
-the connection state machine in :mod:`kwire.net.client` carries them:
+the exchange in :mod:`kwire.net.sasl_exchange` carries them:
 
     mech = new_mechanism("SCRAM-SHA-256", "alice", "secret")
     out = mech.initial()              # auth_bytes of the first SaslAuthenticate

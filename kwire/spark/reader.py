@@ -378,11 +378,6 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
 
 # --- outputs ---------------------------------------------------------------------------------------
 
-def _codec_functions():
-    """(iter_records, decode_columns or None) of the record layer."""
-    return _records.iter_records, getattr(_records, "decode_columns", None)
-
-
 class _Lease:
     """A cached client for the duration of one range."""
 
@@ -448,7 +443,6 @@ def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
 def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
     if r.size == 0:
         return
-    iter_records, _ = _codec_functions()
     cfg = settings.config()
     check_crc = cfg.check_crcs
     topic, partition = r.topic, r.partition
@@ -462,7 +456,7 @@ def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
         for chunk in fetch_chunks(lease.client, settings, topic, partition, r.from_offset, r.until_offset, cfg,
                                   topic_id=r.topic_id):
             lo, until = chunk.lo, chunk.until
-            for rec in iter_records(chunk.data, check_crc, ranges=chunk.runs):
+            for rec in _records.iter_records(chunk.data, check_crc, ranges=chunk.runs):
                 o = rec.offset
                 if o < lo:
                     continue
@@ -494,7 +488,6 @@ def _read_arrow(settings: ReadSettings, r: OffsetRange, schema) -> Iterator[Any]
 
     if r.size == 0:
         return
-    iter_records, decode_columns = _codec_functions()
     if schema is None:
         schema = _arrow.kafka_arrow_schema(settings.include_headers)
     cfg = settings.config()
@@ -504,15 +497,11 @@ def _read_arrow(settings: ReadSettings, r: OffsetRange, schema) -> Iterator[Any]
     try:
         for chunk in fetch_chunks(lease.client, settings, r.topic, r.partition, r.from_offset, r.until_offset, cfg,
                                   topic_id=r.topic_id):
-            for a, b in chunk.runs:
-                if decode_columns is not None:
-                    cols = decode_columns(chunk.data[a:b], check_crc)
-                else:  # a codec without the columnar decoder: build the columns from records
-                    cols = _arrow.columns_from_records(iter_records(chunk.data[a:b], check_crc))
-                batch = _arrow.to_record_batch(cols, r.topic, r.partition, chunk.lo, chunk.until, schema,
-                                               settings.include_headers)
-                if batch is not None:
-                    yield batch
+            # the chunk's runs (read_committed: aborted batches left out) with one decoder
+            cols = _records.decode_columns(chunk.data, check_crc, ranges=chunk.runs)
+            batch = _arrow.to_record_batch(cols, r.topic, r.partition, chunk.lo, chunk.until, schema)
+            if batch is not None:
+                yield batch
         ok = True
     finally:
         lease.done(ok)
