@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..protocol.api import (
     decode_assignment,
@@ -33,7 +34,7 @@ from ..protocol.api import (
     encode_subscription,
 )
 
-TP = tuple
+TP = tuple[str, int]  # (topic, partition)
 
 EAGER = "eager"
 COOPERATIVE = "cooperative"
@@ -55,7 +56,7 @@ class MemberSubscription:
     rack_id: str | None = None
     user_data: bytes | None = None
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[int, str, str]:
         # Static members first, by instance id; then dynamic members by member id.  (The order
         # Java's and librdkafka's range assignors use, so a mixed group computes alike.)
         if self.group_instance_id:
@@ -71,7 +72,7 @@ class Assignment:
 
 # --- embedded payloads ----------------------------------------------------------------------------
 
-def _group_by_topic(tps: Iterable[TP]) -> list[dict]:
+def _group_by_topic(tps: Iterable[TP]) -> list[dict[str, Any]]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(set(tps)):
         by_topic.setdefault(topic, []).append(partition)
@@ -111,7 +112,7 @@ def encode_member_assignment(partitions: Iterable[TP], user_data: bytes | None =
                                        "user_data": user_data})
 
 
-def decode_member_assignment(data) -> Assignment:
+def decode_member_assignment(data: bytes | bytearray | memoryview | None) -> Assignment:
     if data is None or len(data) == 0:
         return Assignment([], None)  # a member with nothing assigned may get empty bytes
     _, value = decode_assignment(data)
@@ -151,7 +152,7 @@ def decode_sticky_user_data(data: bytes) -> tuple[list[TP], int] | None:
         pos += 4
         if n_topics < 0 or n_topics > len(data):
             return None
-        out = []
+        out: list[TP] = []
         for _ in range(n_topics):
             (ln,) = _I16.unpack_from(data, pos)
             pos += 2
@@ -212,7 +213,8 @@ class RangeAssignor(Assignor):
 
     name = "range"
 
-    def assign(self, members, partitions_per_topic):
+    def assign(self, members: list[MemberSubscription],
+               partitions_per_topic: dict[str, int]) -> dict[str, list[TP]]:
         out: dict[str, list[TP]] = {m.member_id: [] for m in members}
         ordered = _sorted_members(members)
         for topic in sorted(partitions_per_topic):
@@ -234,7 +236,8 @@ class RoundRobinAssignor(Assignor):
 
     name = "roundrobin"
 
-    def assign(self, members, partitions_per_topic):
+    def assign(self, members: list[MemberSubscription],
+               partitions_per_topic: dict[str, int]) -> dict[str, list[TP]]:
         out: dict[str, list[TP]] = {m.member_id: [] for m in members}
         ordered = _sorted_members(members)
         if not ordered:
@@ -270,10 +273,11 @@ class CooperativeStickyAssignor(Assignor):
     name = "cooperative-sticky"
     protocol = COOPERATIVE
 
-    def user_data(self, owned, generation):
+    def user_data(self, owned: list[TP], generation: int) -> bytes | None:
         return encode_sticky_user_data(owned, generation)
 
-    def assign(self, members, partitions_per_topic):
+    def assign(self, members: list[MemberSubscription],
+               partitions_per_topic: dict[str, int]) -> dict[str, list[TP]]:
         ordered = _sorted_members(members)
         rank = {m.member_id: i for i, m in enumerate(ordered)}
         subs = {m.member_id: set(m.topics) for m in ordered}

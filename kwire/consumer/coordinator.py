@@ -62,6 +62,7 @@ from .member_state import MemberState as MemberState  # (re-exported: the states
 from .revocation import Revocation, Revocations
 from .subscription import FetchState, SubscriptionState
 from .types import (
+    Action,
     ErrorAction,
     LosePartitions,
     OffsetAndMetadata,
@@ -71,7 +72,7 @@ from .types import (
 
 log = logging.getLogger("kwire.consumer.coordinator")
 
-TP = tuple
+TP = tuple[str, int]  # (topic, partition)
 NO_GENERATION = -1
 NEVER = None
 
@@ -108,7 +109,7 @@ class _Ctx:
     generation: int = NO_GENERATION
     member_id: str = ""
     payload: Any = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class GroupCoordinator(ABC):
@@ -163,7 +164,7 @@ class GroupCoordinator(ABC):
         self._closing = False  # close() was called: leave, then CLOSED
         self._unsubscribing = False
         self._leave_inflight = False
-        self._pending_leave_member: tuple | None = None
+        self._pending_leave_member: tuple[str, str | None] | None = None  # (member id, instance id)
 
         # commits and committed offsets: machines of their own (group_offsets.py)
         self.commits = Commits(self, auto_commit_interval_ms=auto_commit_interval_ms, now_ms=now_ms)
@@ -177,7 +178,7 @@ class GroupCoordinator(ABC):
         self._metadata_epoch = 0
         self.needs_metadata = False
 
-        self._actions: list = []
+        self._actions: list[Action] = []
 
     # --- the transition table ----------------------------------------------------------------
 
@@ -210,7 +211,7 @@ class GroupCoordinator(ABC):
 
     # --- inputs from the driver --------------------------------------------------------------
 
-    def drain_actions(self) -> list:
+    def drain_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
         return out
 
@@ -321,7 +322,7 @@ class GroupCoordinator(ABC):
         """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
         return None, -1
 
-    def _ctx(self, kind: str, payload: Any = None, **extra) -> _Ctx:
+    def _ctx(self, kind: str, payload: Any = None, **extra: Any) -> _Ctx:
         return _Ctx(kind, self._coordinator_epoch, self.generation, self.member_id, payload, extra)
 
     def _fatal(self, err: BaseException) -> None:
@@ -335,7 +336,7 @@ class GroupCoordinator(ABC):
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._to(MemberState.UNJOINED, "fatal error")
 
-    def _lose(self, tps: list, reason: str, *, reset_member_id: bool) -> None:
+    def _lose(self, tps: list[TP], reason: str, *, reset_member_id: bool) -> None:
         """Partitions are no longer ours without a chance to revoke (no commit)."""
         log.warning("group %s: lost %d partition(s): %s", self.group_id, len(tps), reason)
         if tps:
@@ -443,13 +444,13 @@ class GroupCoordinator(ABC):
                 or bool(self.subs.in_state(FetchState.INITIALIZING))
                 or self._pending_leave_member is not None)
 
-    def _maybe_find_coordinator(self, now_ms: int, out: list) -> None:
+    def _maybe_find_coordinator(self, now_ms: int, out: list[Request]) -> None:
         req = self.discovery.poll(now_ms, self._needs_coordinator(), context=self._ctx("find"),
                                   owner=self)
         if req is not None:
             out.append(req)
 
-    def _on_find(self, req: Request, resp, now_ms: int) -> None:
+    def _on_find(self, req: Request, resp: Any, now_ms: int) -> None:
         before = self._coordinator_epoch
         err = self.discovery.on_response(resp, now_ms)
         if err is not None:
@@ -463,7 +464,7 @@ class GroupCoordinator(ABC):
 
     # --- revocation ----------------------------------------------------------------------------
 
-    def _start_revocation(self, tps: list, then: str, *, ask: bool, remove: bool = True) -> None:
+    def _start_revocation(self, tps: list[TP], then: str, *, ask: bool, remove: bool = True) -> None:
         ask_app = self.revocations.start(tps, then, ask=ask, remove=remove,
                                          incremental=self.protocol == COOPERATIVE)
         if ask_app is not None:
@@ -511,7 +512,7 @@ class GroupCoordinator(ABC):
         if self.state is not MemberState.LEAVING:
             self._to(MemberState.LEAVING, "leaving")
 
-    def _on_leave(self, req: Request, resp, now_ms: int) -> None:
+    def _on_leave(self, req: Request, resp: Any, now_ms: int) -> None:
         if req.context.extra.get("fire_and_forget"):
             return
         self._leave_inflight = False
@@ -535,7 +536,7 @@ class GroupCoordinator(ABC):
 
     # --- responses -----------------------------------------------------------------------------
 
-    def on_response(self, request: Request, response, now_ms: int) -> None:
+    def on_response(self, request: Request, response: Any, now_ms: int) -> None:
         kind = request.context.kind
         if kind == "commit":
             self.commits.on_response(request, response, now_ms)

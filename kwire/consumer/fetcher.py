@@ -64,7 +64,7 @@ from .types import ErrorAction, PollResult, Request
 
 log = logging.getLogger("kwire.consumer.fetcher")
 
-TP = tuple
+TP = tuple[str, int]  # (topic, partition)
 INITIAL_EPOCH = 0
 INT32_MAX = 2**31 - 1
 CONSUMER_REPLICA_ID = -1

@@ -27,7 +27,7 @@ from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, Po
 
 log = logging.getLogger("kwire.consumer.offsets")
 
-TP = tuple
+TP = tuple[str, int]  # (topic, partition)
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import ItemsView, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import ConfigError, KwireError, LogTruncationError, NoOffsetForPartitionError
 from .types import OffsetAndMetadata
 
-TP = tuple
+TP = tuple[str, int]  # (topic, partition)
 
 
 class FetchState(enum.Enum):
@@ -129,7 +129,7 @@ class SubscriptionState:
         self.default_reset = ResetStrategy(default_reset)
         self.type = SubscriptionType.NONE
         self.topics: frozenset[str] = frozenset()
-        self.patterns: tuple[re.Pattern, ...] = ()
+        self.patterns: tuple[re.Pattern[str], ...] = ()
         self.group_topics: frozenset[str] = frozenset()  # leader: every member's topics
         self._parts: dict[TP, PartitionState] = {}
         self._fence_seq = 0
@@ -234,10 +234,10 @@ class SubscriptionState:
     def get(self, tp: TP) -> PartitionState | None:
         return self._parts.get(tp)
 
-    def items(self):
+    def items(self) -> ItemsView[TP, PartitionState]:
         return self._parts.items()
 
-    def __contains__(self, tp) -> bool:
+    def __contains__(self, tp: object) -> bool:
         return tp in self._parts
 
     def __len__(self) -> int:
@@ -401,6 +401,7 @@ class SubscriptionState:
         (KIP-320) instead of adopted unchecked."""
         st = self._parts[tp]
         pos = st.position
+        assert pos is not None  # (fetched: it had a position)
         if offset_epoch is None or offset_epoch < 0:
             offset_epoch = pos.offset_epoch
         current = pos.current_leader_epoch

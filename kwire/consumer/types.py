@@ -28,7 +28,7 @@ EARLIEST_TIMESTAMP = -2
 
 NO_LEADER_EPOCH = -1
 
-TP = tuple  # (topic: str, partition: int) -- the internal partition key
+TP = tuple[str, int]  # (topic, partition) -- the internal partition key
 
 
 class TopicPartition:
@@ -41,7 +41,8 @@ class TopicPartition:
     __slots__ = ("topic", "partition", "offset", "metadata", "leader_epoch", "error")
 
     def __init__(self, topic: str, partition: int = -1, offset: int = OFFSET_INVALID,
-                 metadata: str | None = None, leader_epoch: int | None = None, error=None):
+                 metadata: str | None = None, leader_epoch: int | None = None,
+                 error: BaseException | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -56,7 +57,7 @@ class TopicPartition:
     def __hash__(self) -> int:
         return hash((self.topic, self.partition))
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, TopicPartition):
             return NotImplemented
         return self.topic == other.topic and self.partition == other.partition
@@ -118,7 +119,7 @@ class Request:
     the body is built, so the response handler knows which layout it got.
     """
 
-    def __init__(self, node: int | str | None, api: str, build: Callable[[int], dict], *,
+    def __init__(self, node: int | str | None, api: str, build: Callable[[int], dict[str, Any]], *,
                  max_version: int | None = None, min_version: int | None = None,
                  timeout_ms: int | None = None, context: Any = None, owner: Any = None):
         self.node = node
@@ -131,7 +132,7 @@ class Request:
         self.owner = owner
         self.version: int | None = None
 
-    def body(self, version: int) -> dict:
+    def body(self, version: int) -> dict[str, Any]:
         """The body at ``version`` (the driver passes this method as the body callable)."""
         self.version = version
         return self._build(version)
@@ -172,7 +173,7 @@ class Action:
 @dataclass
 class AssignPartitions(Action):
     """Partitions added to this member's assignment: call on_assign."""
-    partitions: list
+    partitions: list[TP]
     incremental: bool = False
 
 
@@ -180,7 +181,7 @@ class AssignPartitions(Action):
 class RevokePartitions(Action):
     """Partitions leaving this member's assignment: call on_revoke, then ack (the coordinator
     waits for the ack before committing and rejoining)."""
-    partitions: list
+    partitions: list[TP]
     incremental: bool = False
     ack_id: int = 0
 
@@ -188,14 +189,14 @@ class RevokePartitions(Action):
 @dataclass
 class LosePartitions(Action):
     """Partitions this member no longer owns (membership lost): call on_lost (or on_revoke)."""
-    partitions: list
+    partitions: list[TP]
     incremental: bool = False
 
 
 @dataclass
 class CommitResult(Action):
     """Outcome of one commit: ``error`` is None on success."""
-    offsets: dict
+    offsets: dict[TP, OffsetAndMetadata]
     error: BaseException | None
     token: Any = None
     user: bool = True  # False for auto-commits (still reported to on_commit)
@@ -204,7 +205,7 @@ class CommitResult(Action):
 @dataclass
 class CommittedResult(Action):
     """Outcome of a committed() query."""
-    offsets: dict
+    offsets: dict[TP, Any]
     error: BaseException | None
     token: Any = None
 
@@ -214,4 +215,4 @@ class ErrorAction(Action):
     """An error the application should see (raised from poll/consume or passed to error_cb)."""
     error: BaseException
     fatal: bool = False
-    partitions: list = field(default_factory=list)
+    partitions: list[TP] = field(default_factory=list)

@@ -47,7 +47,7 @@ __all__ = ["OffsetReader", "UnreachableClusterError", "lookup_topic_ids"]
 
 _log = logging.getLogger("kwire.spark")
 
-TP = tuple  # (topic, partition)
+TP = tuple[str, int]  # (topic, partition)
 
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _COORDINATOR_ERRORS = {14, 15, 16}  # loading, not available, not coordinator

@@ -40,7 +40,7 @@ __all__ = [
     "offsets_to_json", "offsets_from_json", "topic_ids_from_json", "TOPIC_IDS_KEY",
 ]
 
-TP = tuple  # (topic, partition)
+TP = tuple[str, int]  # (topic, partition)
 
 
 @dataclass(frozen=True, order=True)

@@ -28,7 +28,7 @@ __all__ = ["KafkaProgress", "kafka_progress", "offsets_of", "LagRecorder", "add_
 
 _log = logging.getLogger("kwire.spark")
 
-TP = tuple  # (topic, partition)
+TP = tuple[str, int]  # (topic, partition)
 
 
 @dataclasses.dataclass(frozen=True)
