@@ -65,6 +65,9 @@ from .types import ErrorAction, PollResult, Request
 log = logging.getLogger("kwire.consumer.fetcher")
 
 TP = tuple[str, int]  # (topic, partition)
+# what a Fetch asks of one partition: (fetch offset, current leader epoch, last fetched epoch,
+# partition max bytes)
+PartData = tuple[int, int, int, int]
 INITIAL_EPOCH = 0
 INT32_MAX = 2**31 - 1
 CONSUMER_REPLICA_ID = -1
@@ -83,12 +86,12 @@ class FetchSession:
         self.node_id = node_id
         self.session_id = 0
         self.epoch = INITIAL_EPOCH
-        self.partitions: dict[TP, tuple] = {}  # what the broker's session holds for us
+        self.partitions: dict[TP, PartData] = {}  # what the broker's session holds for us
         self.topic_ids: bool | None = None     # does the session name topics by id?
-        self._pending: dict[TP, tuple] | None = None
+        self._pending: dict[TP, PartData] | None = None
 
-    def build(self, wanted: dict[TP, tuple], *, topic_ids: bool, sessions: bool
-              ) -> tuple[dict[TP, tuple], list[TP], int, int]:
+    def build(self, wanted: dict[TP, PartData], *, topic_ids: bool, sessions: bool
+              ) -> tuple[dict[TP, PartData], list[TP], int, int]:
         """(partitions to send, partitions to forget, session id, epoch) for a request that
         should leave the session holding exactly ``wanted``."""
         if not sessions:
@@ -135,24 +138,25 @@ class FetchSession:
         self._pending = None
 
 
-def scan_record_set(data, until_damage: bool = True) -> list:
+def scan_record_set(data: Any, until_damage: bool = True) -> list[Any]:
     """The spans (kwire.records.scan_spans) of a Fetch answer's record set; by default up to
     any damage, which the decoding then reports with the records before it."""
-    spans: list = _records_module().scan_spans(data, until_damage=until_damage)
+    spans: list[Any] = _records_module().scan_spans(data, until_damage=until_damage)
     return spans
 
 
-def decode_records(iter_records: Callable, data, fetch_offset: int, *, topic: str, partition: int,
-                   aborted: list | None, read_committed: bool, check_crc: bool) -> list:
+def decode_records(iter_records: Callable[..., Any], data: Any, fetch_offset: int, *, topic: str,
+                   partition: int, aborted: list[dict[str, Any]] | None, read_committed: bool,
+                   check_crc: bool) -> list[Any]:
     """The user records at or after ``fetch_offset`` (aborted transactions dropped under
     read_committed)."""
     return decode_partition(iter_records, data, fetch_offset, topic=topic, partition=partition,
                             aborted=aborted, read_committed=read_committed, check_crc=check_crc)[0]
 
 
-def decode_partition(iter_records: Callable, data, fetch_offset: int, *, topic: str, partition: int,
-                     aborted: list | None, read_committed: bool, check_crc: bool
-                     ) -> tuple[list, int, int | None]:
+def decode_partition(iter_records: Callable[..., Any], data: Any, fetch_offset: int, *, topic: str,
+                     partition: int, aborted: list[dict[str, Any]] | None, read_committed: bool,
+                     check_crc: bool) -> tuple[list[Any], int, int | None]:
     """(records at or after ``fetch_offset``, next fetch offset, the last leader epoch known
     of its entries) from one partition's record set, all at once: the header scan and the
     read_committed filter of kwire.records pick the byte runs to decode."""
@@ -172,12 +176,13 @@ def decode_partition(iter_records: Callable, data, fetch_offset: int, *, topic: 
 
 
 class Fetcher:
-    def __init__(self, subscriptions: SubscriptionState, metadata, *, fetch_min_bytes: int = 1,
+    def __init__(self, subscriptions: SubscriptionState, metadata: Any, *, fetch_min_bytes: int = 1,
                  fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52428800,
                  max_partition_fetch_bytes: int = 1048576, buffer_budget_bytes: int = 64 << 20,
                  read_committed: bool = True, check_crcs: bool = False, client_rack: str | None = None,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
-                 iter_records: Callable | None = None, scan: Callable = scan_record_set,
+                 iter_records: Callable[..., Any] | None = None,
+                 scan: Callable[..., list[Any]] = scan_record_set,
                  max_decompressed_bytes: int | None = None):
         self.subs = subscriptions
         self.metadata = metadata
@@ -207,11 +212,11 @@ class Fetcher:
         self.inflight: dict[int, Request] = {}
         self._backoff_until: dict[TP, int] = {}
         self._node_backoff_until: dict[int, int] = {}
-        self._garbled_nodes: set = set()  # nodes whose last answer could not be read (reported)
-        self._actions: list = []
+        self._garbled_nodes: set[int] = set()  # nodes whose last answer could not be read (reported)
+        self._actions: list[ErrorAction] = []
         self.starved = False  # True while the buffer budget keeps us from fetching
 
-    def drain_actions(self) -> list:
+    def drain_actions(self) -> list[ErrorAction]:
         out, self._actions = self._actions, []
         if self.decoder.actions:
             out += self.decoder.actions
@@ -220,9 +225,10 @@ class Fetcher:
 
     # --- poll ----------------------------------------------------------------------------------
 
-    def _partition_data(self, tp: TP) -> tuple:
+    def _partition_data(self, tp: TP) -> PartData:
         st = self.subs.state(tp)
         pos = st.position
+        assert pos is not None  # (fetchable: it has a position)
         p = self.metadata.partition(tp[0], tp[1])
         leader_epoch = p.leader_epoch if p is not None and p.leader_epoch is not None else -1
         last_epoch = pos.offset_epoch if pos.offset_epoch is not None else -1
@@ -233,9 +239,10 @@ class Fetcher:
 
     def _fetches(self, now_ms: int) -> list[Request]:
         out: list[Request] = []
-        for backoffs in (self._backoff_until, self._node_backoff_until):
-            for key in [k for k, t in backoffs.items() if t <= now_ms]:
-                del backoffs[key]
+        for tp in [k for k, t in self._backoff_until.items() if t <= now_ms]:
+            del self._backoff_until[tp]
+        for node in [k for k, t in self._node_backoff_until.items() if t <= now_ms]:
+            del self._node_backoff_until[node]
         fetchable = self.subs.fetchable()
         if not fetchable:
             self.starved = False
@@ -253,7 +260,7 @@ class Fetcher:
         room = self.buffer.raw_room_bytes()
         share = max(room // max(1, len(fetchable)), self.max_partition_fetch_bytes)
         buffered = self.buffer.buffered
-        by_node: dict[int, dict[TP, tuple]] = {}
+        by_node: dict[int, dict[TP, PartData]] = {}
         any_skipped = False
         for tp in fetchable:
             if buffered.get(tp, 0) >= share:
@@ -279,7 +286,7 @@ class Fetcher:
         ds = list(self._backoff_until.values()) + list(self._node_backoff_until.values())
         return min(ds) if ds else None
 
-    def _request(self, node: int, wanted: dict[TP, tuple], max_bytes: int) -> Request:
+    def _request(self, node: int, wanted: dict[TP, PartData], max_bytes: int) -> Request:
         session = self.sessions.get(node)
         if session is None:
             session = self.sessions[node] = FetchSession(node)
@@ -290,19 +297,19 @@ class Fetcher:
         context: dict[str, Any] = {"node": node, "offsets": fetched_offsets,
                                    "leader_epochs": leader_epochs, "id_to_name": {}, "sent": False}
 
-        def build(version: int) -> dict:
+        def build(version: int) -> dict[str, Any]:
             use_ids = version >= 13
             send, forget, session_id, epoch = session.build(
                 wanted, topic_ids=use_ids, sessions=version >= 7)
             context["sent"] = True
             context["id_to_name"] = {v: k for k, v in ids.items() if v is not None}
-            topics: dict[str, list] = {}
+            topics: dict[str, list[dict[str, Any]]] = {}
             for (topic, partition), (offset, leader_epoch, last_epoch, pmax) in sorted(send.items()):
                 topics.setdefault(topic, []).append({
                     "partition": partition, "current_leader_epoch": leader_epoch,
                     "fetch_offset": offset, "last_fetched_epoch": last_epoch,
                     "log_start_offset": -1, "partition_max_bytes": pmax})
-            forgotten: dict[str, list] = {}
+            forgotten: dict[str, list[int]] = {}
             for topic, partition in sorted(forget):
                 forgotten.setdefault(topic, []).append(partition)
             return {
@@ -323,7 +330,7 @@ class Fetcher:
         self.inflight[node] = req
         return req
 
-    def _first_entry_damaged(self, tp: TP, data, fetched_offset: int, now_ms: int) -> None:
+    def _first_entry_damaged(self, tp: TP, data: Any, fetched_offset: int, now_ms: int) -> None:
         """No complete entry came: the answer was cut inside the first (fetched again later),
         or the first entry is damaged, which is reported (and the partition backed off) like
         a record set that fails to decode -- there are no records before it to hand out."""
@@ -339,7 +346,7 @@ class Fetcher:
 
     # --- responses -----------------------------------------------------------------------------
 
-    def on_response(self, request: Request, resp, now_ms: int) -> list[FetchedChunk]:
+    def on_response(self, request: Request, resp: Any, now_ms: int) -> list[FetchedChunk]:
         ctx = request.context
         node = ctx["node"]
         if self.inflight.get(node) is request:
@@ -391,10 +398,10 @@ class Fetcher:
                 c.frame = frame
         return chunks
 
-    def _partition(self, tp: TP, fetched_offset: int | None, leader_epoch: int | None, p: dict,
+    def _partition(self, tp: TP, fetched_offset: int | None, leader_epoch: int | None, p: dict[str, Any],
                    now_ms: int) -> FetchedChunk | None:
         st = self.subs.get(tp)
-        if st is None or not st.fetchable or fetched_offset is None \
+        if st is None or not st.fetchable or fetched_offset is None or st.position is None \
                 or st.position.offset != fetched_offset:
             return None  # stale: the partition moved, paused or left while we fetched
         code = p.get("error_code", 0)
