@@ -54,7 +54,7 @@ class Prop:
         return self.name.replace(".", "_")
 
 
-def _p(*args, **kw) -> Prop:
+def _p(*args: Any, **kw: Any) -> Prop:
     return Prop(*args, **kw)
 
 
@@ -378,7 +378,7 @@ class Config(Mapping[str, Any]):
             raise AttributeError(f"no configuration property {attr.replace('_', '.')!r}")
         return self._values[prop.name]
 
-    def __setattr__(self, attr, value):
+    def __setattr__(self, attr: str, value: Any) -> None:
         raise AttributeError("Config is read-only; use replace()")
 
     def replace(self, **overrides: Any) -> Config:

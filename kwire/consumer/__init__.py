@@ -14,7 +14,7 @@ __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "GroupMetadata", "
            "OFFSET_INVALID", "OFFSET_STORED"]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     # The Consumer pulls in the network layer; the state machines alone do not need it.
     if name == "Consumer":
         from .consumer import Consumer

@@ -2,6 +2,9 @@
 callback receives) and a batch of them for one partition."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..errors import KwireError
 
 __all__ = ["DeliveryReport", "Batch", "TIMESTAMP_NOT_AVAILABLE", "TIMESTAMP_CREATE_TIME",
@@ -22,7 +25,9 @@ class DeliveryReport:
                  "_timestamp_type", "_create_ms", "_offset", "_error", "_on_delivery", "_created_ms",
                  "_delivered_ms", "_size")
 
-    def __init__(self, topic, partition, key, value, headers, timestamp_ms, on_delivery, created_ms, size):
+    def __init__(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes | None]] | None, timestamp_ms: int,
+                 on_delivery: Callable[..., Any] | None, created_ms: int, size: int) -> None:
         self._topic = topic
         self._partition = partition
         self._key = key

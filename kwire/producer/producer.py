@@ -360,6 +360,7 @@ class Producer(SenderMixin, TransactionsMixin):
 
     def _append(self, msg: DeliveryReport, now: int) -> bool:
         """Add to its partition's open batch; True when a batch was closed (is full)."""
+        assert msg._partition is not None  # (partitioned before it is queued)
         tp = (msg._topic, msg._partition)
         q = self._batches.get(tp)
         if q is None:

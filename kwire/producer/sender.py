@@ -120,14 +120,14 @@ class SenderMixin:
                 b.payload = self._build_batch(
                     [(m._key, m._value, m._headers, m._timestamp_ms) for m in b.msgs],
                     compression=self._compression, **idem)
-        by_topic: dict[str, list[dict]] = {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         for b in batches:
             by_topic.setdefault(b.tp[0], []).append({"index": b.tp[1], "records": b.payload})
         topic_ids = {t: self._md.topic_id(t) for t in by_topic}
         acks, timeout_ms = self._acks, self._request_timeout_ms
         txn_id = None if tm is None else tm.transactional_id
 
-        def body(version: int) -> dict:
+        def body(version: int) -> dict[str, Any]:
             return {"transactional_id": txn_id, "acks": acks, "timeout_ms": timeout_ms,
                     "topic_data": [{"name": t, "topic_id": topic_ids[t] or ZERO_UUID, "partition_data": parts}
                                    for t, parts in by_topic.items()]}
@@ -146,7 +146,7 @@ class SenderMixin:
         names = {tid: t for t, tid in topic_ids.items() if tid}
         f.add_callback(lambda f: self._on_produce(f, batches, names))
 
-    def _on_produce(self, f, batches: list[Batch], names_by_id: dict) -> None:
+    def _on_produce(self, f: Any, batches: list[Batch], names_by_id: dict[Any, str]) -> None:
         now = now_ms()
         for b in batches:
             self._busy.discard(b.tp)

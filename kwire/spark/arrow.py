@@ -24,6 +24,8 @@ passed to Spark as the codec decoded them, without a UTF-8 check.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from ..records import to_arrow
@@ -47,7 +49,7 @@ def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
     return pa.schema(fields)
 
 
-def to_record_batch(cols: dict, topic: str, partition: int, lo: int, until: int,
+def to_record_batch(cols: dict[str, Any], topic: str, partition: int, lo: int, until: int,
                     schema: pa.Schema) -> pa.RecordBatch | None:
     """The records of ``cols`` with offsets in ``[lo, until)`` in ``schema`` (None if there are
     none), built by the record layer's one Arrow builder, :func:`kwire.records.to_arrow`."""
