@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import logging
 import random
+import ssl
 from collections.abc import Callable, Iterable, Mapping
+from types import EllipsisType
 from typing import Any
 
 from ..config import Config, parse_config
@@ -75,6 +77,7 @@ from ..errors import (
     KafkaTimeoutError,
 )
 from ..protocol import api as _api
+from ..protocol.api import ApiRef, Body
 from . import tls as _tls
 from .connection import Connection, ConnState, InFlight
 from .dispatch import Dispatcher
@@ -112,9 +115,9 @@ class NetworkClient:
     """
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
-                 tracer: Callable[[dict], Any] | None = None, metadata: Metadata | None = None,
+                 tracer: Callable[[dict[str, Any]], Any] | None = None, metadata: Metadata | None = None,
                  auto_metadata: bool = True, allow_auto_topic_creation: bool = False,
-                 role: str = "admin", ssl_context=None):
+                 role: str = "admin", ssl_context: ssl.SSLContext | None = None) -> None:
         cfg = config if isinstance(config, Config) else parse_config(config or {}, role=role)
         self.config = cfg
         self.client_id: str = cfg.client_id
@@ -156,7 +159,7 @@ class NetworkClient:
         self._metadata_inflight: InFlight | None = None
 
     # === public API ======================================================================
-    def send(self, node_id: int | None, api, body: dict | Callable[[int], dict], *,
+    def send(self, node_id: int | None, api: ApiRef, body: Body | Callable[[int], Body], *,
              version: int | None = None, timeout_ms: int | None = None,
              min_version: int | None = None, max_version: int | None = None,
              keep_raw: bool = False) -> InFlight:
@@ -182,8 +185,8 @@ class NetworkClient:
         done, self._dispatch.completed = self._dispatch.completed, []
         return done
 
-    def request(self, node_id: int | None, api, body: dict | Callable[[int], dict],
-                timeout_ms: int | None = None, *, version: int | None = None) -> dict:
+    def request(self, node_id: int | None, api: ApiRef, body: Body | Callable[[int], Body],
+                timeout_ms: int | None = None, *, version: int | None = None) -> Body:
         """Send one request and wait for its response (raising its error).
 
         A read-only request (see :data:`RETRY_SAFE_APIS`) that was written to a connection which
@@ -201,7 +204,8 @@ class NetworkClient:
             self.wait(f)
             stale = isinstance(f.error, KafkaConnectionError) and f.sent_ms is not None
             if not (stale and retries) or now_ms() >= deadline_ms:
-                return f.result()
+                res = f.result()
+                return {} if res is None else res  # (None: a request the broker does not answer)
             retries -= 1  # the new send queues behind the reconnect backoff
 
     def wait(self, f: InFlight) -> InFlight:
@@ -224,7 +228,7 @@ class NetworkClient:
         """Interrupt a blocking :meth:`poll` (thread-safe)."""
         self._transport.wakeup()
 
-    def api_version(self, node_id: int | None, api) -> int:
+    def api_version(self, node_id: int | None, api: ApiRef) -> int:
         """The version a request of ``api`` to ``node_id`` would use (connecting if needed)."""
         a = _api.api(api)
         conn = self.ensure_ready(node_id)
@@ -276,7 +280,7 @@ class NetworkClient:
         raise KafkaTimeoutError(f"no connection to {'any broker' if node_id is None else f'node {node_id}'} "
                                 f"within {timeout_ms} ms{self._nodes.last_errors(node_id)}")
 
-    def refresh_metadata(self, topics: Iterable[str] | None = ..., timeout_ms: int | None = None, *,
+    def refresh_metadata(self, topics: Iterable[str] | None | EllipsisType = ..., timeout_ms: int | None = None, *,
                          allow_auto_topic_creation: bool | None = None) -> Metadata:
         """Fetch metadata now (blocking) for ``topics`` (None: all; default: the tracked ones)."""
         if topics is not ... and topics is not None:
@@ -285,7 +289,7 @@ class NetworkClient:
         wanted = self.metadata.wanted_topics if topics is ... else topics
         wanted_snapshot = None if wanted is None else set(wanted)
 
-        def body(v: int) -> dict:
+        def body(v: int) -> Body:
             return self.metadata.request_body(v, wanted_snapshot, allow_auto_topic_creation=auto)
 
         f = self._dispatch.submit(None, _METADATA, body, None, timeout_ms or self.config.socket_timeout_ms,
@@ -341,14 +345,14 @@ class NetworkClient:
     def close(self) -> None:
         self._dispatch.close()
 
-    def __enter__(self):
+    def __enter__(self) -> NetworkClient:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # === submitting ========================================================================
-    def _choose_version(self, conn: Connection, a, requested: int | None,
+    def _choose_version(self, conn: Connection, a: _api.Api, requested: int | None,
                         caps: tuple[int | None, int | None] = (None, None)) -> int:
         return choose_version(conn.api_versions, a, requested, caps, node_id=conn.node_id,
                               address=conn.address)
@@ -406,7 +410,7 @@ class NetworkClient:
         wanted = None if md.wanted_topics is None else set(md.wanted_topics)
         auto = self.allow_auto_topic_creation
 
-        def body(v: int) -> dict:
+        def body(v: int) -> Body:
             return md.request_body(v, wanted, allow_auto_topic_creation=auto)
 
         md.attempt(now)
@@ -429,5 +433,5 @@ class NetworkClient:
                                            self._nodes.candidates() if self._dispatch.pending_any else None, md_due)
 
     # --- completion ---------------------------------------------------------------------------------
-    def _trace(self, direction: str, conn: Connection, f: InFlight, body: dict, size: int | None) -> None:
+    def _trace(self, direction: str, conn: Connection, f: InFlight, body: Body, size: int | None) -> None:
         trace(direction, conn, f, body, size, tracer=self.tracer, stats=self.stats, client_id=self.client_id)
