@@ -53,7 +53,7 @@ build_batch = _codec.build_batch
 Span = _codec.Span
 scan_spans = _codec.scan_spans
 decode_columns = _codec.decode_columns
-NATIVE_DECOMPRESSION: tuple = getattr(_codec, "NATIVE_DECOMPRESSION", ())
+NATIVE_DECOMPRESSION: tuple[str, ...] = getattr(_codec, "NATIVE_DECOMPRESSION", ())
 
 CONTROL_ABORT = 0   # a control record's type: the ABORT marker (1 is COMMIT)
 
@@ -126,7 +126,7 @@ def record_runs(spans: Sequence[Any], skip: Iterable[int] = (), lo: int | None =
 _TIMESTAMP_FACTOR = {"ms": 1, "us": 1000, "ns": 1_000_000}   # from the record layer's ms
 
 
-def _validity(pa, np, valid, n):
+def _validity(pa: Any, np: Any, valid: Any, n: int) -> tuple[Any, int]:
     """(Arrow validity bitmap or None, null count) from a per-row bool column."""
     mask = np.asarray(valid, dtype=np.bool_)
     if len(mask) != n:
@@ -137,13 +137,13 @@ def _validity(pa, np, valid, n):
     return pa.py_buffer(np.packbits(mask, bitorder="little")), nulls
 
 
-def _binary(pa, np, typ, n, offsets, data, valid):
+def _binary(pa: Any, np: Any, typ: Any, n: int, offsets: Any, data: Any, valid: Any) -> Any:
     bitmap, nulls = _validity(pa, np, valid, n) if valid is not None else (None, 0)
     return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=nulls)
 
 
-def _headers(pa, np, columns, n, typ):
+def _headers(pa: Any, np: Any, columns: Mapping[str, Any], n: int, typ: Any) -> Any:
     """The headers column: list<struct<key, value>> over the flattened header buffers, of type
     ``typ`` (None: header keys string, or binary when they are not all valid UTF-8)."""
     m = len(columns["header_value_valid"])
@@ -170,7 +170,7 @@ def _headers(pa, np, columns, n, typ):
     return pa.Array.from_buffers(typ, n, [None, offsets], children=[entries])
 
 
-def _constant(pa, np, value, typ, rows):
+def _constant(pa: Any, np: Any, value: Any, typ: Any, rows: int) -> Any:
     """``value`` repeated ``rows`` times as an Arrow array of ``typ`` (string and integer types
     laid out with numpy: several times faster than pyarrow.repeat)."""
     if pa.types.is_integer(typ):
@@ -218,7 +218,7 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
         rows = max(stop - first, 0)
     whole = first == 0 and rows == n
 
-    def fixed(name, own, typ):
+    def fixed(name: str, own: Any, typ: Any) -> Any:
         # a fixed-width column as typ: zero-copy when typ is its own type (own), else
         # converted (only the rows kept)
         if typ is None or typ == own:
@@ -235,7 +235,7 @@ def to_arrow(columns: Mapping[str, Any], *, topic: str | None = None, partition:
             col = col.astype(typ.to_pandas_dtype())
         return pa.Array.from_buffers(typ, rows, [None, pa.py_buffer(col)])
 
-    def column(name, typ):
+    def column(name: str, typ: Any) -> Any:
         if name == "offset":
             return fixed(name, pa.int64(), typ)
         if name == "timestamp":

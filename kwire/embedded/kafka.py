@@ -205,7 +205,7 @@ def _api_versions_ok(host: str, port: int, timeout_s: float = 2.0) -> bool:
     if head is None:
         return False
     _size, corr, error_code = struct.unpack(">iih", head)
-    return corr == 1 and error_code == 0
+    return bool(corr == 1 and error_code == 0)
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes | None:
@@ -220,7 +220,7 @@ def _recv_exact(s: socket.socket, n: int) -> bytes | None:
 
 def _metadata_broker_ids(host: str, port: int, timeout_s: float = 2.0) -> set[int]:
     """The node ids a Metadata v12 answer lists (empty on any failure)."""
-    from .. import protocol
+    from ..protocol import api as protocol
 
     frame = protocol.encode_request("Metadata", 12, {"topics": []}, correlation_id=2, client_id="kwire-ready")
     try:
@@ -261,7 +261,7 @@ class KafkaNode:
         self.log_dir = self.dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.ports = {name: free_port() for name in ("PLAINTEXT", "CONTROLLER", *cluster.listener_names)}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.started_s: float | None = None   # wall time of the last start, until ready
 
     @property
@@ -356,9 +356,10 @@ class KafkaCluster:
     """``num_nodes`` combined KRaft nodes of Apache Kafka ``version`` on loopback."""
 
     def __init__(self, num_nodes: int = 1, *, version: str = KAFKA_VERSION, listeners: tuple[str, ...] = (),
-                 properties: dict[str, str] | None = None, scram_users=(), heap_mb: int = 512,
+                 properties: dict[str, str] | None = None,
+                 scram_users: Sequence[tuple[str, str, str]] = (), heap_mb: int = 512,
                  jvm_args: tuple[str, ...] = (), start_timeout_s: float = 90.0, keep_logs: bool = False,
-                 workdir: str | None = None):
+                 workdir: str | None = None) -> None:
         self.version = version
         self.listener_names = tuple(listeners)
         self.properties = {k: str(v) for k, v in (properties or {}).items()}
@@ -426,7 +427,7 @@ class KafkaCluster:
 
     # --- processes -----------------------------------------------------------------------------
 
-    def start_nodes(self, node_ids, timeout_s: float = 90.0) -> None:
+    def start_nodes(self, node_ids: Sequence[int], timeout_s: float = 90.0) -> None:
         """Start the given nodes (config and data as they are) and wait until the cluster serves."""
         for i in node_ids:
             self.nodes[i].start()
@@ -435,7 +436,7 @@ class KafkaCluster:
         while pending:
             for i in sorted(pending):
                 if self.nodes[i].ready():
-                    self.startup_s[i] = time.monotonic() - self.nodes[i].started_s
+                    self.startup_s[i] = time.monotonic() - (self.nodes[i].started_s or 0.0)
                     pending.discard(i)
             if pending and time.monotonic() > deadline:
                 raise EmbeddedBrokerError(
@@ -507,13 +508,13 @@ class KafkaCluster:
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> KafkaCluster:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
