@@ -42,8 +42,8 @@ from pathlib import Path
 
 import pytest
 
-from kwire.embedded import free_port
-from kwire.embedded.kafka import _detach_and_die_with_parent, java_binary
+from kwire.embedded import die_with_parent, free_port
+from kwire.embedded.kafka import java_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +93,7 @@ class _Daemon:
         self.name, self.log_path = name, log_path
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=log_path.parent, preexec_fn=_detach_and_die_with_parent)
+                                         env=env, cwd=log_path.parent, preexec_fn=die_with_parent)
 
     def check_running(self) -> None:
         if self.proc.poll() is not None:

@@ -40,13 +40,18 @@ def test_cluster_ids_never_look_like_options():
     assert all(not cluster._random_uuid().startswith("-") for _ in range(2000))
 
 
-def test_a_killed_parent_takes_its_broker_along(tmp_path):
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_a_killed_parent_takes_its_broker_along(tmp_path, broker):
+    """A test run or demo killed without its teardown (os._exit here) leaves no broker behind:
+    Apache Kafka's JVM and Tansu both die with the process that started them."""
+    start = ("from kwire.embedded.kafka import KafkaCluster\nk = KafkaCluster(1)\npid = k.nodes[1].proc.pid\n"
+             if broker == "kafka" else
+             "from kwire.embedded import TansuBroker\nk = TansuBroker()\npid = k.proc.pid\n")
     script = (
         "import os, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from kwire.embedded.kafka import KafkaCluster\n"
-        "k = KafkaCluster(1)\n"
-        "print(k.nodes[1].proc.pid, flush=True)\n"
+        + start +
+        "print(pid, flush=True)\n"
         "os._exit(0)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -59,7 +64,7 @@ def test_a_killed_parent_takes_its_broker_along(tmp_path):
             return
         time.sleep(0.1)
     os.kill(pid, 9)
-    pytest.fail(f"the Kafka JVM {pid} outlived the process that started it")
+    pytest.fail(f"the {broker} broker {pid} outlived the process that started it")
 
 
 def test_a_restarted_node_keeps_its_data(request):

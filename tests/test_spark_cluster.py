@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire.spark as ks
 from kwire.admin import Admin
-from kwire.embedded.kafka import _detach_and_die_with_parent
+from kwire.embedded import die_with_parent
 from kwire.spark.offset_reader import OffsetReader
 
 from .spark_cluster import driver_env
@@ -55,7 +55,7 @@ class Driver:
         with open(log, "ab") as err:
             self.proc = subprocess.Popen([sys.executable, str(DRIVER), *args], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=err, env=env, text=True,
-                                         preexec_fn=_detach_and_die_with_parent)
+                                         preexec_fn=die_with_parent)
         self._lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         self.pid = self.expect("ready", 300)

@@ -32,6 +32,20 @@ class EmbeddedBrokerError(KwireError):
     """An embedded broker could not be started."""
 
 
+def die_with_parent() -> None:
+    """In a broker's child process before exec: a session of its own (signals reach the
+    broker's whole process group) and, on Linux, SIGKILL when the thread that started it dies
+    -- so a killed test run, benchmark or demo leaves no broker behind (start brokers from a
+    long-lived thread)."""
+    os.setsid()
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -115,7 +129,7 @@ class TansuBroker(_Process):
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "warn")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
+                                     stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         try:
             wait_for_port(self.host, self.port, start_timeout_s, self.proc)
         except EmbeddedBrokerError as exc:

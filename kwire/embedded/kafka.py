@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import EmbeddedBrokerError, free_port
+from . import EmbeddedBrokerError, die_with_parent, free_port
 
 KAFKA_VERSION = "4.3.1"        # the reference peer
 KAFKA_3_VERSION = "3.9.1"      # the last 3.x line: older API versions, classic groups only
@@ -238,19 +238,6 @@ def _metadata_broker_ids(host: str, port: int, timeout_s: float = 2.0) -> set[in
     return {b["node_id"] for b in resp.body["brokers"]}
 
 
-def _detach_and_die_with_parent() -> None:
-    """In the child before exec: a session of its own (signals reach the JVM's whole group)
-    and, on Linux, SIGKILL when the thread that started it dies -- so a killed test run or
-    benchmark leaves no broker behind (start nodes from a long-lived thread)."""
-    os.setsid()
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class KafkaNode:
     """One combined broker+controller process of a :class:`KafkaCluster`."""
 
@@ -312,7 +299,7 @@ class KafkaNode:
              f"-Dkafka.logs.dir={self.log_dir}", *c.jvm_args, "-cp", c.classpath, "kafka.Kafka",
              str(self.config_path)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_detach_and_die_with_parent)
+            preexec_fn=die_with_parent)
         log.close()
 
     def ready(self) -> bool:
