@@ -30,6 +30,7 @@ import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..errors import ConfigError, DataLossError, KwireError, NoOffsetForPartitionError
 from .options import EARLIEST, LATEST, OffsetSpec
@@ -92,7 +93,9 @@ class Plan:
 def timestamp_queries(spec: OffsetSpec, tps: Iterable[TP]) -> dict[TP, int]:
     """The ListOffsets timestamp look-ups ``spec`` needs: ``{tp: timestamp_ms}``."""
     if spec.kind == "timestamp":
-        return {tp: spec.timestamp for tp in tps}
+        ts = spec.timestamp
+        assert ts is not None  # (parse_options gives a "timestamp" spec its timestamp)
+        return {tp: ts for tp in tps}
     if spec.kind == "timestamps":
         wanted = spec.timestamps_map()
         return {tp: wanted[tp] for tp in tps if tp in wanted}
@@ -150,9 +153,9 @@ def resolve(spec: OffsetSpec, tps: Iterable[TP], *, earliest: Mapping[TP, int], 
                     f"{tp[0]}-{tp[1]} has no committed offset in the group and "
                     "kafka.auto.offset.reset=error")
         elif kind in ("timestamp", "timestamps"):
-            o = found.get(tp)
-            if o is not None and o >= 0:
-                out[tp] = o
+            at = found.get(tp)
+            if at is not None and at >= 0:
+                out[tp] = at
             elif ending or timestamp_strategy == "latest":
                 out[tp] = latest[tp]
             else:
@@ -357,10 +360,11 @@ def cap_offsets(start: Mapping[TP, int], latest: Mapping[TP, int], max_offsets: 
 TOPIC_IDS_KEY = "@topicIds"
 
 
-def offsets_to_json(offsets: Mapping[TP, int], topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> dict:
+def offsets_to_json(offsets: Mapping[TP, int],
+                    topic_ids: Mapping[str, uuid.UUID | None] | None = None) -> dict[str, dict[str, Any]]:
     """``{(topic, partition): offset}`` as Spark's Kafka source writes it: ``{topic: {"p": off}}``,
     plus ``"@topicIds": {topic: "uuid"}`` for the topics whose id is known."""
-    out: dict = {}
+    out: dict[str, dict[str, Any]] = {}
     for (t, p), o in sorted(offsets.items()):
         out.setdefault(t, {})[str(p)] = int(o)
     ids = {t: str(i) for t, i in sorted((topic_ids or {}).items()) if i is not None and t in out}
@@ -380,6 +384,6 @@ def offsets_from_json(value: Mapping[str, Mapping[str, int]]) -> dict[TP, int]:
     return out
 
 
-def topic_ids_from_json(value: Mapping) -> dict[str, uuid.UUID]:
+def topic_ids_from_json(value: Mapping[str, Any]) -> dict[str, uuid.UUID]:
     """The topic ids :func:`offsets_to_json` recorded (none in checkpoints written before)."""
     return {t: uuid.UUID(i) for t, i in (value.get(TOPIC_IDS_KEY) or {}).items()}
