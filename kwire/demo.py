@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack
+from typing import Any
 
 from .errors import KwireError, TopicAlreadyExistsError
 
@@ -24,13 +25,13 @@ _VALUE_BYTES = 100
 _KEYS = 12
 
 
-def _console(stderr: bool = False):
+def _console(stderr: bool = False) -> Any:
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False)
 
 
-def _produce(bootstrap: str, topic: str, n: int, err) -> float:
+def _produce(bootstrap: str, topic: str, n: int, err: Any) -> float:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -61,7 +62,7 @@ def _produce(bootstrap: str, topic: str, n: int, err) -> float:
     return time.perf_counter() - start
 
 
-def _spark():
+def _spark() -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -76,7 +77,8 @@ def _spark():
     return spark
 
 
-def _job(spark, bootstrap: str, topic: str, group: str):
+def _job(spark: Any, bootstrap: str, topic: str, group: str
+         ) -> tuple[list[Any], list[Any], dict[Any, Any], dict[str, float]]:
     """One run of the job: read new records, aggregate, commit.  Returns the tables and timing."""
     from pyspark.sql import functions as F
 
@@ -105,7 +107,7 @@ def _job(spark, bootstrap: str, topic: str, group: str):
     return per_partition, per_key, committed, timing
 
 
-def _timing_line(records: int, timing: dict, cold: bool) -> str:
+def _timing_line(records: int, timing: dict[str, float], cold: bool) -> str:
     """Planning, the first action and the same read again, each on its own: a first action
     also pays for starting Spark's Python workers (cold), the second reads warm."""
     def rate(seconds: float) -> str:
@@ -117,7 +119,7 @@ def _timing_line(records: int, timing: dict, cold: bool) -> str:
             f"{timing['second_action_s']:.2f} s ({rate(timing['second_action_s'])}, steady state)")
 
 
-def _table(title: str, first: str, rows, total_label: str = "total"):
+def _table(title: str, first: str, rows: Any, total_label: str = "total") -> Any:
     from rich.table import Table
 
     table = Table(title=title)
@@ -133,7 +135,7 @@ def _table(title: str, first: str, rows, total_label: str = "total"):
     return table, records
 
 
-def run_demo(args) -> int:
+def run_demo(args: Any) -> int:
     from .admin import Admin
     from .embedded import TansuBroker
 

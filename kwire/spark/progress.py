@@ -38,10 +38,10 @@ class KafkaProgress:
     rows: int
     input_rows_per_s: float
     processed_rows_per_s: float
-    start: dict   # {(topic, partition): offset}; empty for the first batch
-    end: dict
-    latest: dict
-    lag: dict     # {(topic, partition): latest - end}
+    start: dict[TP, int]   # {(topic, partition): offset}; empty for the first batch
+    end: dict[TP, int]
+    latest: dict[TP, int]
+    lag: dict[TP, int]     # {(topic, partition): latest - end}
 
     @property
     def total_lag(self) -> int:
@@ -58,7 +58,7 @@ class KafkaProgress:
                 f"{self.input_rows_per_s:,.0f} rows/s in; lag {self.total_lag}" + (f" ({parts})" if parts else ""))
 
 
-def offsets_of(value: Any) -> dict:
+def offsets_of(value: Any) -> dict[TP, int]:
     """``{(topic, partition): offset}`` from a source offset as progress reports it (a JSON
     string or a dict in Spark's Kafka format); other sources' offsets give ``{}``."""
     if value is None:
@@ -70,7 +70,7 @@ def offsets_of(value: Any) -> dict:
             return {}
     if not isinstance(value, Mapping):
         return {}
-    out = {}
+    out: dict[TP, int] = {}
     for topic, parts in value.items():
         if topic.startswith("@") or not isinstance(parts, Mapping):
             continue
@@ -82,14 +82,16 @@ def offsets_of(value: Any) -> dict:
     return out
 
 
-def _as_dict(progress: Any) -> Mapping:
+def _as_dict(progress: Any) -> Mapping[str, Any]:
     if isinstance(progress, Mapping):
         return progress
     if isinstance(progress, str):
-        return json.loads(progress)
+        parsed: Mapping[str, Any] = json.loads(progress)
+        return parsed
     json_text = getattr(progress, "json", None)  # pyspark's StreamingQueryProgress
     if json_text is not None:
-        return json.loads(json_text)
+        parsed = json.loads(json_text)
+        return parsed
     raise TypeError(f"not a streaming query progress: {type(progress).__name__}")
 
 
@@ -122,7 +124,7 @@ class LagRecorder:
         self._lock = threading.Lock()
         self.last: dict[str, list[KafkaProgress]] = {}
 
-    def record(self, progress) -> None:
+    def record(self, progress: Any) -> None:
         sources = kafka_progress(progress)
         if not sources:
             return
@@ -132,7 +134,7 @@ class LagRecorder:
             _log.info("query %s %s", progress.name or progress.id, s.describe())
 
 
-def add_lag_listener(spark) -> LagRecorder:
+def add_lag_listener(spark: Any) -> LagRecorder:
     """Register a ``StreamingQueryListener`` with ``spark`` that logs every micro-batch's Kafka
     lag and rates (INFO on ``kwire.spark``); returns its :class:`LagRecorder`, whose ``last``
     holds the latest :class:`KafkaProgress` es per query id."""
@@ -141,16 +143,16 @@ def add_lag_listener(spark) -> LagRecorder:
     recorder = LagRecorder()
 
     class _LagListener(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:
+        def onQueryStarted(self, event: Any) -> None:
             pass
 
-        def onQueryProgress(self, event) -> None:
+        def onQueryProgress(self, event: Any) -> None:
             recorder.record(event.progress)
 
-        def onQueryIdle(self, event) -> None:
+        def onQueryIdle(self, event: Any) -> None:
             pass
 
-        def onQueryTerminated(self, event) -> None:
+        def onQueryTerminated(self, event: Any) -> None:
             pass
 
     spark.streams.addListener(_LagListener())
