@@ -137,6 +137,9 @@ class _Gen:
         doc = f"    \"\"\"{doc}\"\"\""
         if len(doc) > LINE:  # "Message.path[] (StructType)." -> two lines
             doc = doc.replace(" (", "\n    (", 1)
+        if doc.find("\n") > LINE:  # a deep path: break it after a dot
+            cut = doc.rindex(".", 0, LINE - 1) + 1
+            doc = doc[:cut] + "\n    " + doc[cut:]
         text = f"class {name}(TypedDict, total=False):\n{doc}\n"
         if body:
             text += "\n" + body + "\n"

@@ -4308,7 +4308,8 @@ class ReadShareGroupStateSummaryResponse(TypedDict, total=False):
 
 
 class StreamsGroupHeartbeatRequestKeyValue(TypedDict, total=False):
-    """StreamsGroupHeartbeatRequest.topology.subtopologies[].state_changelog_topics[].topic_configs[]
+    """StreamsGroupHeartbeatRequest.topology.subtopologies[].state_changelog_topics[].
+    topic_configs[]
     (KeyValue)."""
 
     key: str  # v0+
@@ -4478,7 +4479,8 @@ class StreamsGroupDescribeRequest(TypedDict, total=False):
 
 
 class StreamsGroupDescribeResponseKeyValue(TypedDict, total=False):
-    """StreamsGroupDescribeResponse.groups[].topology.subtopologies[].state_changelog_topics[].topic_configs[]
+    """StreamsGroupDescribeResponse.groups[].topology.subtopologies[].state_changelog_topics[].
+    topic_configs[]
     (KeyValue)."""
 
     key: str  # v0+
