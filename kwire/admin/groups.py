@@ -8,7 +8,9 @@ from typing import Any, Literal, overload
 
 from ..consumer.types import OffsetAndMetadata
 from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError
+from ..protocol import bodies
 from ..protocol.api import decode_assignment, decode_subscription
+from ..protocol.bodies import DescribeGroupsResponseDescribedGroup
 from ._base import _COORDINATOR_RETRY, AdminBase, _err, _ms, _results
 from .types import BrokerNode, GroupDescription, GroupListing, GroupListings, GroupMember
 
@@ -72,8 +74,9 @@ class GroupCalls(AdminBase):
             unsupported: UnsupportedVersionError | None = None
             d = None
             try:
-                resp = self._call(node, "DescribeGroups",
-                                  {"groups": [g], "include_authorized_operations": False}, timeout_ms)
+                resp = bodies.response("DescribeGroups", self._call(
+                    node, "DescribeGroups", {"groups": [g], "include_authorized_operations": False},
+                    timeout_ms))
                 d = next((x for x in resp["groups"] if x["group_id"] == g), None)
             except UnsupportedVersionError as exc:
                 unsupported = exc
@@ -224,7 +227,7 @@ class GroupCalls(AdminBase):
                 "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
         def one(node: int, g: str, timeout_ms: int) -> Any:
-            resp = self._call(node, "OffsetDelete", body, timeout_ms)
+            resp = bodies.response("OffsetDelete", self._call(node, "OffsetDelete", body, timeout_ms))
             err = _err(resp["error_code"], None, group=g)
             if err is not None:
                 return err
@@ -253,7 +256,8 @@ def _assigned(a: Mapping[str, Any] | None) -> tuple[tuple[str, int], ...]:
                         for p in t["partitions"]))
 
 
-def _classic_description(d: Mapping[str, Any], coord: BrokerNode) -> GroupDescription:
+def _classic_description(d: DescribeGroupsResponseDescribedGroup, coord: BrokerNode
+                         ) -> GroupDescription:
     """A DescribeGroups entry as a GroupDescription (consumer groups' assignments decoded)."""
     members = []
     for m in d["members"]:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import BrokerError, KwireError
+from ..protocol import bodies
 from ..protocol.schema import ZERO_UUID
 from ._base import AdminBase, _err, _error, _ms, _results
 from .types import EARLIEST, LATEST, MAX_TIMESTAMP, ListedOffset, LogBounds
@@ -62,18 +63,18 @@ class OffsetCalls(AdminBase):
                 pending.append(self._net.send(leader, "ListOffsets", body, timeout_ms=left_ms,
                                               min_version=min_version))
             for f in pending:
-                resp = self._answer(f)
-                for t in resp["topics"]:
-                    for p in t["partitions"]:
-                        key = (t["name"], p["partition_index"])
+                resp = bodies.response("ListOffsets", self._answer(f))
+                for tr in resp["topics"]:
+                    for pr in tr["partitions"]:
+                        key = (tr["name"], pr["partition_index"])
                         if key not in todo:
                             continue
-                        err = _err(p["error_code"], f"{key[0]}[{key[1]}]", topic=key[0])
+                        err = _err(pr["error_code"], f"{key[0]}[{key[1]}]", topic=key[0])
                         if err is not None and err.retriable:
                             again[key] = todo[key]
-                        ep = p.get("leader_epoch", -1)
+                        ep = pr.get("leader_epoch", -1)
                         out[key] = err if err is not None else ListedOffset(
-                            p["offset"], p["timestamp"], ep if ep is not None and ep >= 0 else None)
+                            pr["offset"], pr["timestamp"], ep if ep >= 0 else None)
             wait_s = self.config.retry_backoff_ms / 1000
             if not again or time.monotonic() + wait_s >= deadline:
                 break

@@ -4,6 +4,9 @@
     frame = protocol.encode_request("Metadata", 12, {"topics": None}, correlation_id=1)
     resp = protocol.decode_response("Metadata", 12, payload)
 
+Bodies are plain dicts; ``kwire.protocol.bodies`` types them for type checkers (generated:
+a TypedDict per message), e.g. ``bodies.response("Metadata", resp.body)["topics"]``.
+
 Names are loaded on first use, so the error table (``kwire.protocol.error_codes``, which
 ``kwire decode`` and the commands read) can be imported without the codec.
 """
@@ -19,6 +22,10 @@ _FROM_API = {
 
 
 def __getattr__(name: str) -> object:
+    if name == "bodies":  # (``from . import bodies`` would come back here)
+        import importlib
+
+        return importlib.import_module(".bodies", __name__)
     if name in _FROM_API or name == "get_api":
         from . import api as _api_module
 
@@ -26,4 +33,4 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'kwire.protocol' has no attribute {name!r}")
 
 
-__all__ = sorted(_FROM_API | {"get_api"})
+__all__ = sorted(_FROM_API | {"bodies", "get_api"})
