@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import BrokerError, KwireError
-from ..protocol import bodies
 from ..protocol.schema import ZERO_UUID
 from ._base import AdminBase, _err, _error, _ms, _results
 from .types import EARLIEST, LATEST, MAX_TIMESTAMP, ListedOffset, LogBounds
+
+if TYPE_CHECKING:  # (types only: importing kwire.protocol.bodies takes ~0.1 s)
+    from ..protocol.bodies import ListOffsetsResponse
 
 
 class OffsetCalls(AdminBase):
@@ -63,7 +65,7 @@ class OffsetCalls(AdminBase):
                 pending.append(self._net.send(leader, "ListOffsets", body, timeout_ms=left_ms,
                                               min_version=min_version))
             for f in pending:
-                resp = bodies.response("ListOffsets", self._answer(f))
+                resp = cast("ListOffsetsResponse", self._answer(f))
                 for tr in resp["topics"]:
                     for pr in tr["partitions"]:
                         key = (tr["name"], pr["partition_index"])
