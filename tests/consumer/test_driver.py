@@ -214,3 +214,40 @@ def test_read_committed_drops_an_aborted_transaction_from_real_batches(cluster):
                 and h.drv._subs.get(tp).position.offset == end and not h.drv._raw)
     h.take()
     assert [v for _, v in h.records[tp]] == values(3, "plain") + values(2, "committed") + values(1, "tail")
+
+
+class _SendsToAnUnknownCoordinator:
+    """A machine whose poll asks for the group coordinator before anyone found it, and says
+    "nothing due for 5 s" -- what a poll result looks like just before the send fails."""
+
+    def __init__(self, now_ms: int):
+        self.now_ms, self.answers = now_ms, []
+
+    def poll(self, now_ms):
+        from kwire.consumer.types import COORDINATOR, PollResult, Request
+
+        if self.answers:
+            return PollResult([], None)
+        return PollResult([Request(COORDINATOR, "OffsetFetch", lambda v: {}, owner=self)], now_ms + 5000)
+
+    def on_response(self, request, response, now_ms):
+        self.answers.append(response)
+
+    def drain_actions(self):
+        return []
+
+
+def test_a_send_that_fails_at_once_makes_the_driver_poll_again_before_waiting(cluster):
+    """The driver waits on the deadlines of each machine's last poll; a request refused before
+    it leaves (no coordinator known) changes its machine after that poll, so the driver must
+    poll again at once instead of sleeping on the stale deadline."""
+    from kwire.errors import KafkaConnectionError
+
+    h = Harness(cluster)
+    stub = _SendsToAnUnknownCoordinator(h.clock.now_ms)
+    h.drv._machines = (*h.drv._machines, stub)
+    assert h.drv._coord.coordinator_id is None
+    assert h.drv.step(h.clock.now_ms) == 0
+    assert len(stub.answers) == 1 and isinstance(stub.answers[0], KafkaConnectionError)
+    # polled again, nothing changed after it: the driver may sleep now
+    assert h.drv.step(h.clock.now_ms) > 0
