@@ -237,7 +237,7 @@ class ConsumerStats(_Base):
         return not self.pending and now_ms >= self.next_ms
 
     def on_chunk(self, chunk) -> None:
-        """A chunk decoded for the application (driver thread)."""
+        """A piece of records decoded for the application (application thread)."""
         c = self.rx.get(chunk.tp)
         if c is None:
             c = self.rx[chunk.tp] = [0, 0]
@@ -260,7 +260,7 @@ class ConsumerStats(_Base):
                    msg_size_max=0, simple_cnt=0)
         fetchq: dict = {}
         subs = c._subs
-        for chunk in list(c._raw) + list(c._q):
+        for chunk in list(c._q):
             if type(chunk).__name__ != "FetchedChunk":
                 continue
             st = subs.get(chunk.tp)
@@ -278,7 +278,6 @@ class ConsumerStats(_Base):
             t, p = tp
             part = _partition_base(md, t, p)
             q = fetchq.get(tp, (0, 0))
-            rx = self.rx.get(tp, (0, 0))
             pos = st.position
             hi = _known(st.high_watermark)
             ls = _known(st.last_stable_offset)
@@ -291,13 +290,11 @@ class ConsumerStats(_Base):
                         committed_offset=committed, commited_offset=committed,
                         eof_offset=e[0] if e else OFFSET_INVALID,
                         lo_offset=_known(st.log_start_offset),
-                        hi_offset=hi, ls_offset=ls, rxmsgs=rx[0], rxbytes=rx[1], msgs=rx[0],
-                        _end=ls if rc else hi)
+                        hi_offset=hi, ls_offset=ls, _end=ls if rc else hi)
             topics.setdefault(t, _topic(md, t, now_ms))["partitions"][str(p)] = part
         doc["topics"] = topics
         doc["txmsgs"] = doc["txmsg_bytes"] = 0
-        doc["rxmsgs"] = sum(v[0] for v in self.rx.values())
-        doc["rxmsg_bytes"] = sum(v[1] for v in self.rx.values())
+
         coord = c._coord
         if getattr(c, "_group_id", None) is not None:
             name = getattr(getattr(coord, "state", None), "name", "")
@@ -328,6 +325,10 @@ class ConsumerStats(_Base):
                 part["consumer_lag_stored"] = end - sto if 0 <= sto <= end else -1
                 if tp == cur_tp and cur is not None:
                     part["fetchq_cnt"] += len(cur) - c._idx
+                rx = self.rx.get(tp, (0, 0))  # (counted here, in the application thread)
+                part.update(rxmsgs=rx[0], rxbytes=rx[1], msgs=rx[0])
+        doc["rxmsgs"] = sum(v[0] for v in self.rx.values())
+        doc["rxmsg_bytes"] = sum(v[1] for v in self.rx.values())
         if "cgrp" in doc:
             now = int(time.monotonic() * 1000)
             doc["cgrp"].update(

@@ -28,13 +28,14 @@ from .channel import (
     AssignmentChanged,
     Channel,
     Command,
+    DecodeFailed,
     Future,
     GroupEvent,
     PartitionEOF,
     SeekDone,
 )
 from .driver import Driver
-from .fetcher import FetchedChunk
+from .fetch_buffer import ChunkDecoder, FetchedChunk
 from .types import (
     AssignPartitions,
     CommitResult,
@@ -70,7 +71,9 @@ class AppThread:
     _stats: Any
     _group_id: str | None
     _isolation: int
-    _unsignalled: int           # bytes released since the driver was last woken
+    _decoder: ChunkDecoder      # raw chunks -> pieces of records, in this thread
+    _piece_bytes: int           # about the decoded bytes of one piece
+    _unsignalled: int           # raw bytes handed back since the driver was last woken
     _wake_after_bytes: int
     _cur: list[Any] | None      # the current chunk's records, handed out from _idx on
     _cur_chunk: FetchedChunk | None
@@ -150,11 +153,36 @@ class AppThread:
     def _consumed_for(self, tps: Iterable[Any]) -> dict[Any, Any]:
         return {tp: self._consumed[tp] for tp in tps if tp in self._consumed}
 
-    def _release(self, chunk: FetchedChunk) -> None:
-        self._ch.released.append((chunk.tp, chunk.nbytes))
-        self._unsignalled += chunk.nbytes
+    def _returned(self, nbytes: int) -> None:
+        """A raw chunk went back to the driver (HandBack): its bytes are room to fetch again."""
+        self._unsignalled += nbytes
         if self._unsignalled >= self._wake_after_bytes:
             self._wake_driver()
+
+    def _decode_failed(self, tp: Any, fence: int, resume_offset: int) -> None:
+        """A raw chunk was damaged after the records handed out (its error comes next, from the
+        decoder's actions): the driver fetches the partition again from ``resume_offset``; the
+        chunks fetched under the same fence, queued behind it, are stale."""
+        self._post(DecodeFailed(tp, fence, resume_offset))
+        f = self._fence.get(tp)
+        if f is not None and f <= fence:
+            self._fence[tp] = fence + 1  # (the driver's rewind takes a newer fence)
+
+    def _decode(self, raw: FetchedChunk) -> FetchedChunk | None:
+        """The next piece of a raw chunk, decoded here, in the application thread (the rest of
+        the chunk goes back to the head of the queue), or None: nothing more in it; a damaged
+        chunk's error is handled then (after the records before the damage)."""
+        dec = self._decoder
+        piece = dec.decode_piece(raw, self._piece_bytes)
+        if not raw.done:
+            self._q.appendleft(raw)
+        if dec.actions:
+            actions, dec.actions = dec.actions, []
+            for a in actions:
+                self._error(a)
+        if piece is not None and self._stats is not None:
+            self._stats.on_chunk(piece)
+        return piece
 
     def _wake_driver(self) -> None:
         """Tell a waiting driver about the bytes taken since the last call, if it has use for
@@ -164,11 +192,8 @@ class AppThread:
             self._driver.wakeup()
 
     def _done_chunk(self) -> None:
-        chunk = self._cur_chunk
         self._cur = self._cur_chunk = self._cur_tp = None
         self._idx = 0
-        if chunk is not None:
-            self._release(chunk)
 
     def _drop_current(self, tp: Any) -> None:
         if self._cur_tp == tp:
@@ -232,8 +257,12 @@ class AppThread:
             if type(item) is FetchedChunk:
                 f = self._fence.get(item.tp)
                 if f is None or item.fence < f:
-                    self._release(item)
+                    self._decoder.buffer.finish(item)  # seeked, paused or revoked since
                     continue
+                piece = self._decode(item)
+                if piece is None:
+                    continue
+                item = piece
                 if not item.records:  # only control batches or aborted transactions
                     self._step_over(item)
                     continue
@@ -258,8 +287,8 @@ class AppThread:
             self._event(urgent.popleft())
 
     def _step_over(self, chunk: FetchedChunk) -> None:
-        """The position moves past a chunk with no record for the application (its bytes were
-        released when it was decoded), as past a record: position() and commits see it."""
+        """The position moves past a piece with no record for the application, as past a
+        record: position() and commits see it."""
         tp = chunk.tp
         prev = self._pos.get(tp)
         self._pos[tp] = (chunk.next_offset, prev[1] if prev else None, self._assign_fence.get(tp, 0))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import KafkaTimeoutError
+from .fetch_buffer import FetchedChunk
 from .types import AssignPartitions, LosePartitions, RevokePartitions
 
 CLOSE_TIMEOUT_MS = 15000
@@ -114,6 +115,15 @@ class AckRevoke:
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeFailed:
+    """A raw chunk of ``tp`` fetched under ``fence`` was damaged after ``resume_offset`` (the
+    records before went to the application): fetch the partition again from there."""
+    tp: TP
+    fence: int
+    resume_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Positions:
     tps: list[TP]
     fut: Future
@@ -144,8 +154,8 @@ class Stop:
 
 
 Command = (Subscribe | Unsubscribe | Assign | Unassign | Seek | Pause | Resume | Commit
-           | FetchCommitted | ListOffsets | AckRevoke | Positions | Watermarks | FetchMetadata
-           | Close | Stop)
+           | FetchCommitted | ListOffsets | AckRevoke | DecodeFailed | Positions | Watermarks
+           | FetchMetadata | Close | Stop)
 
 
 # --- events: driver -> application (besides the state machines' actions) ----------------------------
@@ -190,10 +200,10 @@ class Channel:
     other field has one writer."""
 
     def __init__(self) -> None:
-        self.q: deque[Any] = deque()           # driver -> app: chunks and events, in fetch order
+        self.q: deque[Any] = deque()           # driver -> app: raw chunks and events, in fetch order
         self.urgent: deque[Any] = deque()      # driver -> app: group events, ahead of the chunks
         self.cmds: deque[Command] = deque()  # app -> driver
-        self.released: deque[tuple[TP, int]] = deque()  # app -> driver: bytes taken from the buffer
+        self.released: deque[FetchedChunk] = deque()  # app -> driver: raw chunks it is done with
         self.cond = threading.Condition()  # the driver notifies a waiting application
         self.app_waiting = False          # app writes: waiting on cond for the queue
         self.in_poll = False              # app writes: blocked inside poll/consume/close

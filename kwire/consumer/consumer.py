@@ -6,10 +6,11 @@ Two threads, one owner each:
   the SubscriptionState and every state machine (GroupCoordinator, PositionManager, Fetcher).
   It loops: apply the application's commands, let each machine ``poll(now_ms)`` for requests,
   send them, wait in ``NetworkClient.poll`` until the next deadline or a response, hand
-  responses back, decode fetched records (kwire.records) and queue them.  Heartbeats go on
+  responses back and queue the fetched record sets raw, as they came.  Heartbeats go on
   while the application processes records.
-* the **application** thread (poll/consume/commit/...) takes decoded records from a queue,
-  whole chunks at a time (one list per partition per fetch), without a lock per record, and
+* the **application** thread (poll/consume/commit/...) takes raw chunks (one per partition
+  per fetch) from a queue, decodes them a piece at a time (kwire.records) and hands the
+  records out, without a lock per record, and
   posts commands (frozen dataclasses) to the driver.  Rebalance callbacks run here, in order
   with the records.  This module (with :mod:`.offset_calls`, the offset and position calls,
   and :mod:`.app`, the application thread's state and event handling) is the application
@@ -29,9 +30,9 @@ exceeded) do not wait behind the buffered chunks: they go through a second, *urg
 that every poll()/consume() looks at before handing out another record, so the records of a
 partition that was revoked or lost are dropped before the application sees one more.  Buffered
 memory is bounded (queued.max.messages.kbytes), raw and decoded together (see kwire.consumer.
-fetcher): the driver decodes a piece only while the decoded ones waiting are under the
-decode-ahead room, the application reports the bytes it has taken, and the fetcher stops while
-the budget is used.
+fetch_buffer): the budget keeps room for the one decoded piece the application holds, the
+application hands each raw chunk back once it is decoded (or dropped), and the fetcher stops
+while the budget is used.
 
 At-least-once auto commit: records returned by one poll()/consume() call count as consumed when
 the application calls again (or commits, or closes); the driver commits consumed offsets every
@@ -67,7 +68,7 @@ from .channel import (
     Unsubscribe,
 )
 from .driver import Driver
-from .fetch_buffer import DECODE_AHEAD_BYTES, FetchedChunk
+from .fetch_buffer import DECODE_AHEAD_BYTES, FetchedChunk, HandBack
 from .offset_calls import OffsetCalls, _tps
 from .types import (
     GroupMetadata,
@@ -78,19 +79,15 @@ __all__ = ["Consumer", "PartitionEOF"]
 
 log = logging.getLogger("kwire.consumer")
 
-# Fetched data stays raw (compact bytes) in the driver until the application is about to need
-# it, and is decoded a piece at a time: only Fetcher.decode_ahead_bytes of decoded records (at
-# most DECODE_AHEAD_BYTES) wait in the queue.  Few live Record objects keep memory and the
-# garbage collector's work small; the driver decodes the next piece while the application
-# works through the current one.
-# The application wakes the driver once it has taken this much of the decoded data (or when it
+# Fetched data stays raw (compact bytes) until the application is about to need it, and the
+# application's thread decodes it a piece at a time (about FetchBuffer.piece_bytes of decoded
+# records): few live Record objects keep memory and the garbage collector's work small, and
+# decoding does not wait for the driver thread to win the GIL (nor the driver for decoding:
+# it is left the network).
+# The application wakes the driver once it has handed back this much raw data (or when it
 # runs out of records), not after every chunk: a wake-up is a system call in the application's
 # thread and hands the GIL to the driver, which the application then waits to get back.
 _WAKE_AFTER_BYTES = DECODE_AHEAD_BYTES // 2
-
-
-
-
 
 
 class Consumer(OffsetCalls):
@@ -120,10 +117,15 @@ class Consumer(OffsetCalls):
         self._group_id = cfg.group_id
         self._isolation = drv._isolation
         self._stats = drv._stats                    # (its application half runs here)
-        self._unsignalled = 0                # bytes released since the driver was last woken
-        # (half the buffer at most: with a small queued.max.messages.kbytes the driver must hear
-        # of the room while the application still has records to work on)
-        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, drv._fetcher.buffer.decode_ahead_bytes // 2))
+        buffer = drv._fetcher.buffer
+        # raw chunks are decoded here, in the application's thread, a piece at a time
+        self._decoder = drv._fetcher.make_decoder(HandBack(ch.released, self._returned),
+                                                  self._decode_failed)
+        self._piece_bytes = buffer.piece_bytes
+        self._unsignalled = 0                # raw bytes handed back since the driver was last woken
+        # (half the decode room at most: with a small queued.max.messages.kbytes the driver must
+        # hear of the room while the application still has records to work on)
+        self._wake_after_bytes = max(1, min(_WAKE_AFTER_BYTES, buffer.decode_ahead_bytes // 2))
 
         # application-thread state
         self._in_app = threading.Lock()      # held by the thread inside poll()/consume()

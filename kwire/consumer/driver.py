@@ -15,7 +15,6 @@ beside it.  The commands are applied by :mod:`.driver_commands`.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -103,8 +102,6 @@ class Driver(CommandHandlers):
         self._machines: tuple[StateMachine, ...] = (self._coord, self._positions, self._fetcher)
         self._due_ms: list[int | None] = []  # each machine's next deadline, from its last poll
         self._repoll = False  # a machine changed after its last poll: poll before waiting
-        self._raw: deque[Any] = deque()           # fetched chunks not decoded yet
-        self._decoded_bytes = 0              # decoded and queued, not yet released by the app
         self._inflight: dict[Any, Any] = {}            # NetworkClient future -> Request (or a callback)
         self._seen_consumed_ver = 0
         self._md_version = -1
@@ -118,9 +115,8 @@ class Driver(CommandHandlers):
     # --- what the application may ask of the driver's state (racy reads, for hints only) --------
 
     def wants_wakeup(self) -> bool:
-        """Released bytes are of use to the driver now: chunks wait to be decoded, or the
-        fetcher stopped for want of room."""
-        return bool(self._raw) or self._fetcher.starved
+        """Returned chunks are of use to the driver now: the fetcher stopped for want of room."""
+        return self._fetcher.starved
 
     def wakeup(self) -> None:
         self._net.wakeup()
@@ -149,7 +145,7 @@ class Driver(CommandHandlers):
             log.exception("the consumer's driver thread failed")
             ch.driver_error = exc if isinstance(exc, KwireError) else KwireError(
                 f"consumer driver failed: {exc!r}")
-            self._q.append(ch.driver_error)  # (nothing decodes the raw chunks any more)
+            self._q.append(ch.driver_error)
             if ch.app_waiting:
                 with self._cond:
                     self._cond.notify()
@@ -172,8 +168,7 @@ class Driver(CommandHandlers):
             return None
         self._sync_from_app(now)
         self._metadata_step(now)
-        self._send_all(now)  # (before decoding: e.g. a Fetch the released bytes allow)
-        self._decode_ahead()
+        self._send_all(now)
         self._dispatch_actions()
         if self._stats is not None and self._stats.due(now):
             self._push_urgent(self._stats.driver_report(self, now))
@@ -200,22 +195,24 @@ class Driver(CommandHandlers):
                     raw.extend(result)
                 if eof is not None and isinstance(req.context, dict):
                     eof.extend(req.context.get("offsets", ()))
-        if eof:
-            self._report_eof(eof, raw)
         if raw:
             # Positions already moved past the fetched batches (from their headers): ask for
-            # the next data first, then decode while the broker works on it.
+            # the next data first, then hand the raw chunks to the application, which decodes
+            # them while the broker works on the next ones.
             self._send_all(self._clock())
-            self._raw.extend(raw)
-            self._decode_ahead()
+            self._q.extend(raw)
+            if self._ch.app_waiting:
+                with self._cond:
+                    self._cond.notify()
+        if eof:
+            self._report_eof(eof)
         self._dispatch_actions()
 
     # --- driver -> application --------------------------------------------------------------------
 
     def _push(self, item: Any) -> None:
-        """Queue an event for the application, after every chunk fetched before it (behind
-        the raw chunks, which are decoded only as the application makes room)."""
-        (self._raw if self._raw else self._q).append(item)
+        """Queue an event for the application, after every chunk fetched before it."""
+        self._q.append(item)
         if self._ch.app_waiting:
             with self._cond:
                 self._cond.notify()
@@ -228,37 +225,6 @@ class Driver(CommandHandlers):
             with self._cond:
                 self._cond.notify()
 
-    def _decode_next(self) -> None:
-        """The next piece of the first raw chunk (or the event queued behind the chunks)."""
-        raw = self._raw
-        chunk = raw[0]
-        if type(chunk) is not FetchedChunk:
-            self._q.append(raw.popleft())
-        else:
-            st = self._subs.get(chunk.tp)
-            if st is None or st.fence != chunk.fence:
-                raw.popleft()
-                self._fetcher.buffer.finish(chunk)  # seeked, paused or revoked since
-                return
-            piece = self._fetcher.decoder.decode_piece(chunk, self._fetcher.buffer.piece_bytes)
-            if raw[0].done:
-                raw.popleft()
-            if piece is None:
-                return
-            if self._stats is not None:
-                self._stats.on_chunk(piece)
-            self._decoded_bytes += piece.nbytes
-            self._q.append(piece)
-        if self._ch.app_waiting:
-            with self._cond:
-                self._cond.notify()
-
-    def _decode_ahead(self) -> None:
-        raw = self._raw
-        ahead = self._fetcher.buffer.decode_ahead_bytes
-        while raw and (self._decoded_bytes < ahead or type(raw[0]) is not FetchedChunk):
-            self._decode_next()
-
     def _wait_ms(self, now: int) -> int:
         if self._repoll:  # a machine changed after its poll (a send failed at once): poll again
             return 0
@@ -267,14 +233,13 @@ class Driver(CommandHandlers):
             d = min(d, self._close_deadline_ms)
         if self._stats is not None and not self._stats.pending:
             d = min(d, self._stats.next_ms)
-        if self._ch.released or self._ch.cmds or (self._raw and self._decoded_bytes <
-                                                  self._fetcher.buffer.decode_ahead_bytes):
+        if self._ch.released or self._ch.cmds:
             return 0
         return int(max(0, min(d - now, _MAX_WAIT_MS)))
 
-    def _report_eof(self, tps: list[TP], raw: list[FetchedChunk]) -> None:
+    def _report_eof(self, tps: list[TP]) -> None:
         """enable.partition.eof: a partition whose position reached its high watermark, after
-        its records (_push queues behind the raw chunks, so `raw` is queued first)."""
+        its records (queued before this)."""
         assert self._eof_at is not None
         for tp in tps:
             st = self._subs.get(tp)
@@ -283,9 +248,6 @@ class Driver(CommandHandlers):
             off = st.position.offset
             if off == st.high_watermark and self._eof_at.get(tp) != (off, st.fence):
                 self._eof_at[tp] = (off, st.fence)
-                if raw:
-                    self._raw.extend(raw)
-                    raw.clear()
                 self._push(PartitionEOF(tp[0], tp[1], off, st.fence))
 
     def _dispatch_actions(self) -> None:
@@ -326,9 +288,7 @@ class Driver(CommandHandlers):
         ch = self._ch
         rel = ch.released
         while rel:
-            tp, n = rel.popleft()
-            self._fetcher.buffer.release(tp, n)
-            self._decoded_bytes -= n
+            self._fetcher.buffer.take_back(rel.popleft())
         if ch.consumed_ver != self._seen_consumed_ver:
             self._seen_consumed_ver = ch.consumed_ver
             self._mark(ch.consumed.copy())

@@ -17,6 +17,7 @@ from .channel import (
     Close,
     Commit,
     Consumed,
+    DecodeFailed,
     FetchCommitted,
     FetchMetadata,
     Future,
@@ -33,6 +34,7 @@ from .channel import (
     Watermarks,
 )
 from .coordinator import GroupCoordinator
+from .fetcher import Fetcher
 from .offsets import PositionManager
 from .subscription import FetchState, ResetStrategy, SubscriptionState
 from .types import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, ErrorAction
@@ -46,6 +48,7 @@ class CommandHandlers:
     _md: Metadata
     _coord: GroupCoordinator
     _positions: PositionManager
+    _fetcher: Fetcher
     _net: Any
     _inflight: dict[Any, Any]
     _clock: Callable[[], int]
@@ -96,6 +99,8 @@ class CommandHandlers:
                     case AckRevoke():
                         self._mark(cmd.consumed)
                         self._coord.ack_revoke(cmd.ack_id, now)
+                    case DecodeFailed():
+                        self._fetcher.on_decode_failed(cmd.tp, cmd.fence, cmd.resume_offset)
                     case Positions():
                         cmd.fut.set(self._positions_of(cmd.tps))
                     case Watermarks():

@@ -1,7 +1,10 @@
 """Fetched record sets between the Fetch answer and the application: the memory budget they
 count against (:class:`FetchBuffer`, one owner of every byte count) and their decoding a piece
 at a time (:class:`ChunkDecoder`).  The :class:`~kwire.consumer.fetcher.Fetcher` makes raw
-chunks from Fetch answers and asks the buffer for room before it fetches; the driver decodes.
+chunks from Fetch answers and asks the buffer for room before it fetches; the Consumer's
+application thread decodes them (:class:`HandBack` gives each finished raw chunk back to the
+driver's buffer), so the driver thread is left the network and the records' decoding never
+waits for the driver to win the GIL.
 
 Prefetch is bounded in bytes of memory (queued.max.messages.kbytes), whatever the compression.
 Fetched record sets stay raw (as they came, compressed) until the application is about to need
@@ -18,15 +21,16 @@ decoded is decompressed whole (at most fetch.max.decompressed.bytes, else
 DecompressionLimitError): that block, and the last piece's overshoot, come on top (the slack).
 
 A damaged entry: the records before it are handed out first (decoded again a record at a time
-after the failure), then the error is reported, the position rewinds to after the last record
-handed out, and the Fetcher backs the partition off (``failed``).
+after the failure), then the error is reported, and the Fetcher rewinds the position to after
+the last record handed out and backs the partition off (``on_failed``).
 """
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from itertools import islice
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import KwireError
 from .types import ErrorAction
@@ -146,6 +150,10 @@ class FetchBuffer:
             return
         chunk.done = True
         chunk.it = chunk.data = None
+        self.take_back(chunk)
+
+    def take_back(self, chunk: FetchedChunk) -> None:
+        """A raw chunk the application thread finished (:class:`HandBack`) leaves the budget."""
         self._release_tp(chunk.tp, chunk.nbytes)
         frame, chunk.frame = chunk.frame, None
         if frame is None:
@@ -171,22 +179,60 @@ class FetchBuffer:
         return max(1, self.budget_bytes - self.decode_ahead_bytes - self.worker_ahead_bytes)
 
 
+class Budget(Protocol):
+    """What a :class:`ChunkDecoder` tells the budget: a :class:`FetchBuffer` in the driver's
+    thread, a :class:`HandBack` in the application's."""
+
+    def add_decoded(self, tp: TP, nbytes: int) -> None: ...
+    def release(self, tp: TP, nbytes: int) -> None: ...
+    def finish(self, chunk: FetchedChunk) -> None: ...
+
+
+class HandBack:
+    """The budget as the application thread sees it, when it decodes the raw chunks itself (the
+    Consumer does): the one piece it holds at a time is not counted (the driver's FetchBuffer
+    keeps ``decode_ahead_bytes`` for it), and a finished raw chunk goes back to the driver
+    through ``returned``, whose FetchBuffer then releases its bytes (``take_back``); ``on_return``
+    hears of each chunk's bytes (to wake a driver that waits for room)."""
+
+    def __init__(self, returned: deque[FetchedChunk], on_return: Callable[[int], None]) -> None:
+        self.returned = returned
+        self.on_return = on_return
+
+    def add_decoded(self, tp: TP, nbytes: int) -> None:
+        pass
+
+    def release(self, tp: TP, nbytes: int) -> None:
+        pass
+
+    def finish(self, chunk: FetchedChunk) -> None:
+        if chunk.done:
+            return
+        chunk.done = True
+        chunk.it = chunk.data = None
+        self.returned.append(chunk)
+        self.on_return(chunk.nbytes)
+
+
+# A chunk that cannot be decoded further: (tp, the fence it was fetched under, the offset after
+# the last record handed out).  Its partition is fetched again from there, after a backoff.
+OnFailed = Callable[[TP, int, int], None]
+
+
 class ChunkDecoder:
     """Raw chunks to pieces of records (the record layer's iterator; read_committed through
-    its filter), counted in the :class:`FetchBuffer`.  A chunk that fails rewinds its
-    partition's position (``subscriptions.seek``) and is reported in ``actions``; ``failed``
-    names the partitions for the Fetcher to back off."""
+    its filter), counted in a :class:`Budget`.  A chunk that fails is reported in ``actions``
+    and to ``on_failed`` (the Fetcher rewinds the partition and backs it off)."""
 
-    def __init__(self, subscriptions: Any, buffer: FetchBuffer, iter_records: Callable[..., Any],
-                 scan: Callable[..., list[Any]],
-                 *, read_committed: bool, check_crcs: bool):
-        self.subs = subscriptions
+    def __init__(self, buffer: Budget, iter_records: Callable[..., Any],
+                 scan: Callable[..., list[Any]], *, on_failed: OnFailed,
+                 read_committed: bool, check_crcs: bool):
         self.buffer = buffer
         self._iter_records = iter_records
         self._scan = scan
+        self.on_failed = on_failed
         self.read_committed = read_committed
         self.check_crcs = check_crcs
-        self.failed: set[TP] = set()
         self.actions: list[ErrorAction] = []
 
     def decode(self, chunk: FetchedChunk) -> FetchedChunk | None:
@@ -323,12 +369,9 @@ class ChunkDecoder:
         handed out (a new fence makes later chunks of the partition stale), report the error."""
         exc, tp = chunk.error, chunk.tp
         self.buffer.finish(chunk)
-        st = self.subs.get(tp)
-        if st is not None and st.fence == chunk.fence and st.position is not None:
-            self.subs.seek(tp, chunk.resume_offset)
         if getattr(exc, "partitions", None) is None:  # error_cb and the log name the partition
             exc.partitions = [tp]
             if getattr(exc, "offset", None) is None:  # (a limit error names its batch)
                 exc.offset = chunk.resume_offset
         self.actions.append(ErrorAction(exc, partitions=[tp]))
-        self.failed.add(tp)
+        self.on_failed(tp, chunk.fence, chunk.resume_offset)

@@ -3,8 +3,9 @@
     fetcher.poll(now_ms)                     -> PollResult  Fetch requests for idle leaders,
                                                             and the end of the first backoff
     fetcher.on_response(request, resp, now)  -> [FetchedChunk]  raw record sets, per partition
-    fetcher.decoder.decode_piece(chunk, max_bytes) -> FetchedChunk  the next records of a raw chunk
-    fetcher.buffer.release(tp, nbytes)       the application took ``nbytes`` of decoded data
+    fetcher.make_decoder(budget, on_failed)  -> ChunkDecoder  raw chunk -> pieces of records
+    fetcher.buffer.take_back(chunk)          the application finished a raw chunk
+    fetcher.on_decode_failed(tp, fence, resume_offset)  a raw chunk was damaged: fetch again
 
 Incremental fetch sessions (KIP-227), one :class:`FetchSession` per broker.  The first request
 (epoch 0) lists every partition and the broker answers with a session id; later requests
@@ -53,8 +54,10 @@ from ._codes import E, is_invalid_metadata
 from ._codes import error as broker_error
 from .fetch_buffer import (
     WORKER_AHEAD_BYTES,
+    Budget,
     ChunkDecoder,
     FetchBuffer,
+    OnFailed,
     _Frame,
     _records_module,
 )
@@ -204,10 +207,13 @@ class Fetcher:
             # (a CorruptRecordError), reported like any corrupt record set (see decode_piece())
             iter_records = partial(iter_records, max_decompressed_bytes=max_decompressed_bytes)
         self._scan = scan
+        self._iter_records = iter_records
         # the memory budget, and decoding raw chunks into pieces (fetch_buffer.py)
         self.buffer = FetchBuffer(buffer_budget_bytes, worker_ahead_bytes=worker_ahead_bytes)
-        self.decoder = ChunkDecoder(subscriptions, self.buffer, iter_records, scan,
-                                    read_committed=read_committed, check_crcs=check_crcs)
+        # decoding in this (the driver's) thread, counted in the buffer: for callers without an
+        # application thread (tests, tools); the Consumer decodes where the application runs
+        self.decoder = self.make_decoder(self.buffer, self.on_decode_failed)
+        self._corrupt: set[TP] = set()  # damaged record sets: fetched again after a backoff
         self.sessions: dict[int, FetchSession] = {}
         self.inflight: dict[int, Request] = {}
         self._backoff_until: dict[TP, int] = {}
@@ -215,6 +221,21 @@ class Fetcher:
         self._garbled_nodes: set[int] = set()  # nodes whose last answer could not be read (reported)
         self._actions: list[ErrorAction] = []
         self.starved = False  # True while the buffer budget keeps us from fetching
+
+    def make_decoder(self, budget: Budget, on_failed: OnFailed) -> ChunkDecoder:
+        """A decoder of this fetcher's raw chunks (the record layer's iterator with this
+        consumer's settings) that counts in ``budget`` and reports damage to ``on_failed``."""
+        return ChunkDecoder(budget, self._iter_records, self._scan, on_failed=on_failed,
+                            read_committed=self.read_committed, check_crcs=self.check_crcs)
+
+    def on_decode_failed(self, tp: TP, fence: int, resume_offset: int) -> None:
+        """A raw chunk of ``tp`` fetched under ``fence`` could not be decoded past
+        ``resume_offset``: fetch it again from there (unless the position moved since: a seek
+        or a revocation made the chunk stale), after a backoff."""
+        st = self.subs.get(tp)
+        if st is not None and st.fence == fence and st.position is not None:
+            self.subs.seek(tp, resume_offset)
+        self._corrupt.add(tp)
 
     def drain_actions(self) -> list[ErrorAction]:
         out, self._actions = self._actions, []
@@ -247,7 +268,7 @@ class Fetcher:
         if not fetchable:
             self.starved = False
             return out
-        failed = self.decoder.failed
+        failed = self._corrupt
         if failed:  # corrupt data: try again, but not in a hot loop
             for tp in failed:
                 self._backoff_until[tp] = now_ms + self.retry_backoff_ms

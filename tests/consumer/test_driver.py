@@ -24,6 +24,7 @@ from kwire.consumer.channel import (
     Unassign,
 )
 from kwire.consumer.driver import Driver
+from kwire.consumer.fetch_buffer import HandBack
 from kwire.consumer.fetcher import FetchedChunk
 from kwire.consumer.types import AssignPartitions, CommitResult, OffsetAndMetadata, RevokePartitions
 from kwire.errors import KwireError
@@ -42,6 +43,9 @@ class Harness:
                             "auto.offset.reset": "earliest", **conf}, role="consumer")
         self.ch = Channel()
         self.drv = Driver(cfg, self.ch, network=self.net, clock=lambda: self.clock.now_ms)
+        self.failed: list = []  # (tp, fence, resume offset) of damaged chunks
+        self.decoder = self.drv._fetcher.make_decoder(HandBack(self.ch.released, lambda n: None),
+                                                      lambda *a: self.failed.append(a))
         self.stopped = False
         self.events: list = []
         self.records: dict = {}  # tp -> [(offset, value)]
@@ -75,9 +79,13 @@ class Harness:
         while ch.q and chunks:
             item = ch.q.popleft()
             if type(item) is FetchedChunk:
+                # a raw chunk: decoded here, by the application, with the decoder the Consumer
+                # uses; handed back to the driver (HandBack) once done
                 if item.fence >= self.fences.get(item.tp, 1 << 62):
-                    self.records.setdefault(item.tp, []).extend((r.offset, r.value) for r in item.records)
-                ch.released.append((item.tp, item.nbytes))
+                    while (piece := self.decoder.decode_piece(item, None)) is not None:
+                        self.records.setdefault(item.tp, []).extend(
+                            (r.offset, r.value) for r in piece.records)
+                self.decoder.buffer.finish(item)
             else:
                 self.events.append(item)
                 if type(item) is SeekDone:
@@ -151,23 +159,29 @@ def test_a_failing_command_answers_its_future(cluster):
         fut.wait(0)
 
 
-def test_decoded_records_wait_for_the_application_within_the_decode_ahead_room(cluster):
+def test_raw_chunks_wait_for_the_application_within_the_budget(cluster):
     for _ in range(40):
         cluster.append(("t", 0), [b"x" * 1000] * 50)
-    h = Harness(cluster, **{"queued.max.messages.kbytes": 1024})  # decode-ahead 256 KiB
-    ahead = h.drv._fetcher.buffer.decode_ahead_bytes
+    h = Harness(cluster, **{"queued.max.messages.kbytes": 1024})
+    buffer = h.drv._fetcher.buffer
     h.call(Subscribe, ["t"])
     h.run_until(lambda: any(type(i) is FetchedChunk for i in h.ch.q), chunks=False)
-    # the application takes nothing: the driver stops decoding once the room is used
+    # the application takes nothing: the driver stops fetching once the budget is used, and
+    # hands the application raw chunks only (it decodes nothing itself)
+    for _ in range(5):
+        h.turn()
+    fetches = sum(1 for _, _, api in h.net.sent if api == "Fetch")
     for _ in range(50):
         h.turn()
     queued = [i for i in h.ch.q if type(i) is FetchedChunk]
-    decoded = sum(c.nbytes for c in queued)
-    assert queued and decoded <= ahead + h.drv._fetcher.buffer.piece_bytes + 64 * 1024
-    assert h.drv._raw, "fetched data stays raw until there is room"
-    # once the application takes and releases, the rest arrives, in order
+    assert queued and all(c.records is None for c in queued)
+    assert h.drv._fetcher.starved and buffer.full_bytes() >= buffer.budget_bytes
+    assert sum(1 for _, _, api in h.net.sent if api == "Fetch") == fetches, "fetched on a full budget"
+    # once the application decodes and hands the chunks back, the rest arrives, in order
     h.run_until(lambda: len(h.records.get(("t", 0), ())) == 2000)
     assert [o for o, _ in h.records[("t", 0)]] == list(range(2000))
+    h.turn()  # (the driver takes the handed-back chunks' bytes out of the budget)
+    assert buffer.buffered_total == 0 and not h.ch.released
 
 
 def test_seek_and_pause_move_the_fence(cluster):
@@ -211,7 +225,7 @@ def test_read_committed_drops_an_aborted_transaction_from_real_batches(cluster):
     h.call(Subscribe, ["t"])
     end = cluster.end_offset(tp)
     h.run_until(lambda: h.drv._subs.get(tp) is not None and h.drv._subs.get(tp).position is not None
-                and h.drv._subs.get(tp).position.offset == end and not h.drv._raw)
+                and h.drv._subs.get(tp).position.offset == end and not h.ch.q)
     h.take()
     assert [v for _, v in h.records[tp]] == values(3, "plain") + values(2, "committed") + values(1, "tail")
 
