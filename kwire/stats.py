@@ -40,6 +40,10 @@ import itertools
 import json
 import math
 import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence, Sized
+from typing import Any, Protocol, TypeVar
+
+from .config import Config
 
 __all__ = ["NetStats", "ConsumerStats", "ProducerStats", "window"]
 
@@ -62,8 +66,157 @@ _CGRP_STATE = {"UNJOINED": ("init", "init"), "FIND_COORDINATOR": ("query-coord",
                "SYNCING": ("up", "wait-sync"), "STABLE": ("up", "steady"),
                "LEAVING": ("up", "wait-unassign-to-complete"), "CLOSED": ("term", "init")}
 
+TP = tuple[str, int]  # (topic, partition)
+# A JSON object of the document (its values are numbers, strings, and objects in turn).
+Doc = dict[str, Any]
 
-def window(samples: list, count: int, total: int, lo: int, hi: int) -> dict:
+
+# --- what is read of the clients --------------------------------------------------------------
+# kwire.stats sits beside kwire.net and below the clients (tests/test_layers.py), so it names
+# what it reads of them structurally; mypy checks the clients against these at the call sites.
+
+class _Named(Protocol):
+    """An enum member (a connection's, a partition's or a group member's state)."""
+    @property
+    def name(self) -> str: ...
+
+
+class _Conn(Protocol):
+    """A kwire.net Connection."""
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def state(self) -> _Named: ...
+    @property
+    def out(self) -> Sized: ...
+    @property
+    def in_flight(self) -> Sized: ...
+
+
+class _Net(Protocol):
+    """A kwire.net NetworkClient."""
+    @property
+    def _conns(self) -> Mapping[int, _Conn]: ...
+
+
+class _PartitionInfo(Protocol):
+    @property
+    def leader(self) -> int: ...
+
+
+class _Metadata(Protocol):
+    """kwire.net's Metadata."""
+    @property
+    def topics(self) -> Sized: ...
+    @property
+    def updated_ms(self) -> int: ...
+    def topic(self, name: str) -> object | None: ...
+    def partition(self, topic: str, partition: int) -> _PartitionInfo | None: ...
+
+
+class _Position(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+
+class _PartitionState(Protocol):
+    """A partition's state in the consumer's SubscriptionState."""
+    @property
+    def state(self) -> _Named: ...
+    @property
+    def position(self) -> _Position | None: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def last_stable_offset(self) -> int: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def committed(self) -> int | None: ...
+    @property
+    def fence(self) -> int: ...
+
+
+class _Subscriptions(Protocol):
+    """The consumer's SubscriptionState."""
+    def get(self, tp: TP) -> _PartitionState | None: ...
+    def items(self) -> Iterable[tuple[TP, _PartitionState]]: ...
+
+
+class _ConsumerDriver(Protocol):
+    """The consumer's driver (kwire.consumer.driver.Driver)."""
+    @property
+    def _md(self) -> _Metadata: ...
+    @property
+    def _net(self) -> _Net: ...
+    @property
+    def _subs(self) -> _Subscriptions: ...
+    @property
+    def _q(self) -> Collection[Any]: ...        # raw chunks and events for the application
+    @property
+    def _urgent(self) -> Collection[Any]: ...
+    @property
+    def _eof_at(self) -> Mapping[TP, tuple[int, int]] | None: ...
+    @property
+    def _coord(self) -> object: ...
+
+
+class _ConsumerApp(Protocol):
+    """The consumer's application-thread side (kwire.consumer.app.AppThread)."""
+    @property
+    def _pos(self) -> Mapping[Any, Any]: ...       # tp -> (next offset, ...)
+    @property
+    def _consumed(self) -> Mapping[Any, Any]: ...  # tp -> (offset, ...)
+    @property
+    def _cur_tp(self) -> Any: ...
+    @property
+    def _cur(self) -> Sized | None: ...
+    @property
+    def _idx(self) -> int: ...
+    @property
+    def _assigned(self) -> Sized: ...
+
+
+class _Message(Protocol):
+    """A record in the producer (kwire.producer.batch.DeliveryReport)."""
+    @property
+    def _size(self) -> int: ...
+
+
+class _Batch(Protocol):
+    """kwire.producer.batch.Batch."""
+    @property
+    def tp(self) -> TP: ...
+    @property
+    def msgs(self) -> Collection[_Message]: ...
+    @property
+    def payload(self) -> Sized | None: ...
+
+
+class _Producer(Protocol):
+    """kwire.producer.Producer."""
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _md(self) -> _Metadata: ...
+    @property
+    def _net(self) -> _Net: ...
+    @property
+    def _batches(self) -> Mapping[TP, Iterable[_Batch]]: ...
+    @property
+    def _parked(self) -> Mapping[str, Iterable[_Message]]: ...
+    @property
+    def _reports(self) -> Collection[_Message]: ...
+    def __len__(self) -> int: ...
+
+
+def window(samples: list[int], count: int, total: int, lo: int, hi: int) -> dict[str, int]:
     """librdkafka's window statistics of one interval: ``min max avg sum cnt stddev hdrsize
     p50 p75 p90 p95 p99 p99_99 outofrange`` (all 0 without samples)."""
     out = {"min": 0, "max": 0, "avg": 0, "sum": 0, "stddev": 0, "p50": 0, "p75": 0, "p90": 0,
@@ -85,14 +238,14 @@ class _Broker:
     __slots__ = ("tx", "txbytes", "rx", "rxbytes", "req", "rtts", "rtt_cnt", "rtt_sum",
                  "rtt_min", "rtt_max", "conn")
 
-    def __init__(self, conn=None):
+    def __init__(self, conn: _Conn) -> None:
         self.conn = conn  # the last Connection seen (its counters outlive it in _conns)
         self.tx = self.txbytes = self.rx = self.rxbytes = 0
-        self.req: dict = {}
+        self.req: dict[str, int] = {}
         self._reset_window()
 
-    def _reset_window(self):
-        self.rtts: list = []
+    def _reset_window(self) -> None:
+        self.rtts: list[int] = []
         self.rtt_cnt = self.rtt_sum = self.rtt_max = 0
         self.rtt_min = 0
 
@@ -101,10 +254,11 @@ class NetStats:
     """Per-broker request counters, fed by :class:`~kwire.net.NetworkClient` (its ``stats``
     attribute) on the thread that drives it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.brokers: dict[int, _Broker] = {}
 
-    def on_io(self, direction: str, conn, api: str, size: int | None, rtt_us) -> None:
+    def on_io(self, direction: str, conn: _Conn, api: str, size: int | None,
+              rtt_us: int | None) -> None:
         b = self.brokers.get(conn.node_id)
         if b is None:
             b = self.brokers[conn.node_id] = _Broker(conn)
@@ -127,10 +281,10 @@ class NetStats:
             if len(b.rtts) < _RTT_SAMPLES_MAX:
                 b.rtts.append(rtt_us)
 
-    def document(self, net, now_ms: int) -> tuple[dict, list]:
+    def document(self, net: _Net, now_ms: int) -> tuple[Doc, list[int]]:
         """``brokers`` and the totals ``[tx, tx_bytes, rx, rx_bytes]``; starts a new rtt
         window."""
-        out = {}
+        out: Doc = {}
         tot = [0, 0, 0, 0]
         conns = dict(net._conns)
         for node_id, b in self.brokers.items():  # connections closed since keep their counts
@@ -166,7 +320,8 @@ class NetStats:
 class _Base:
     role = ""
 
-    def __init__(self, cb, interval_ms: int, client_id: str, now_ms: int):
+    def __init__(self, cb: Callable[[str], object], interval_ms: int, client_id: str,
+                 now_ms: int) -> None:
         self.cb = cb
         self.interval_ms = interval_ms
         self.client_id = client_id
@@ -176,9 +331,10 @@ class _Base:
         self.net = NetStats()
 
     @classmethod
-    def maybe(cls, config, net, now_ms: int):
+    def maybe(cls: type[_S], config: Config, net: Any, now_ms: int) -> _S | None:
         """The statistics of a client with this configuration, hooked into ``net``; None (and
-        no hook) unless both ``stats_cb`` and ``statistics.interval.ms`` are set."""
+        no hook) unless both ``stats_cb`` and ``statistics.interval.ms`` are set.  ``net``: the
+        client's NetworkClient (Any: this sets its ``stats``, typed as kwire.net sees it)."""
         cb = config.stats_cb
         ms = config.statistics_interval_ms
         if cb is None or not ms:
@@ -187,12 +343,12 @@ class _Base:
         net.stats = st.net
         return st
 
-    def _top(self, now_ms: int) -> dict:
+    def _top(self, now_ms: int) -> Doc:
         return {"name": self.name, "client_id": self.client_id, "type": self.role,
                 "ts": int(time.monotonic() * 1e6), "time": int(time.time()),
                 "age": (now_ms - self.start_ms) * 1000}
 
-    def _finish(self, doc: dict, net, md, now_ms: int) -> dict:
+    def _finish(self, doc: Doc, net: _Net, md: _Metadata, now_ms: int) -> Doc:
         brokers, (tx, txb, rx, rxb) = self.net.document(net, now_ms)
         doc["metadata_cache_cnt"] = len(md.topics)
         doc["brokers"] = brokers
@@ -200,18 +356,21 @@ class _Base:
         return doc
 
 
-def _known(offset) -> int:
+_S = TypeVar("_S", bound=_Base)
+
+
+def _known(offset: int | None) -> int:
     return offset if offset is not None and offset >= 0 else OFFSET_INVALID
 
 
-def _partition_base(md, t: str, p: int) -> dict:
+def _partition_base(md: _Metadata, t: str, p: int) -> Doc:
     info = md.partition(t, p)
     leader = info.leader if info is not None else -1
     return {"partition": p, "broker": leader, "leader": leader, "desired": False,
             "unknown": info is None}
 
 
-def _topic(md, t: str, now_ms: int) -> dict:
+def _topic(md: _Metadata, t: str, now_ms: int) -> Doc:
     age = now_ms - md.updated_ms if md.updated_ms >= 0 and md.topic(t) is not None else 0
     return {"topic": t, "metadata_age": age, "partitions": {}}
 
@@ -223,20 +382,21 @@ class ConsumerStats(_Base):
 
     role = "consumer"
 
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.rx: dict = {}               # tp -> [records, bytes] decoded for the application
+    def __init__(self, cb: Callable[[str], object], interval_ms: int, client_id: str,
+                 now_ms: int) -> None:
+        super().__init__(cb, interval_ms, client_id, now_ms)
+        self.rx: dict[TP, list[int]] = {}  # tp -> [records, bytes] decoded for the application
         self.pending = False             # a report waits for the application
         self.rebalance_cnt = 0           # (application thread)
         self.rebalance_ms = -1
         self.rebalance_reason = ""
-        self._state = None
+        self._state: str | None = None
         self._state_ms = self.start_ms
 
     def due(self, now_ms: int) -> bool:
         return not self.pending and now_ms >= self.next_ms
 
-    def on_chunk(self, chunk) -> None:
+    def on_chunk(self, chunk: Any) -> None:
         """A piece of records decoded for the application (application thread)."""
         c = self.rx.get(chunk.tp)
         if c is None:
@@ -250,7 +410,7 @@ class ConsumerStats(_Base):
         self.rebalance_ms = now_ms
         self.rebalance_reason = reason
 
-    def driver_report(self, c, now_ms: int) -> dict:
+    def driver_report(self, c: _ConsumerDriver, now_ms: int) -> Doc:
         """Everything the driver thread owns, as a document to complete (driver thread)."""
         self.pending = True
         self.next_ms = now_ms + self.interval_ms
@@ -258,7 +418,7 @@ class ConsumerStats(_Base):
         doc = self._top(now_ms)
         doc.update(replyq=len(c._q) + len(c._urgent), msg_cnt=0, msg_size=0, msg_max=0,
                    msg_size_max=0, simple_cnt=0)
-        fetchq: dict = {}
+        fetchq: dict[TP, list[int]] = {}
         subs = c._subs
         for chunk in list(c._q):
             if type(chunk).__name__ != "FetchedChunk":
@@ -271,19 +431,19 @@ class ConsumerStats(_Base):
                 q = fetchq[chunk.tp] = [0, 0]
             q[0] += len(chunk.records) if chunk.records is not None else 0
             q[1] += chunk.nbytes
-        topics: dict = {}
+        topics: Doc = {}
         rc = getattr(c, "_isolation", None) == 1  # READ_COMMITTED
         eof = c._eof_at or {}
         for tp, st in list(c._subs.items()):
             t, p = tp
             part = _partition_base(md, t, p)
-            q = fetchq.get(tp, (0, 0))
+            fq: Sequence[int] = fetchq.get(tp, (0, 0))
             pos = st.position
             hi = _known(st.high_watermark)
             ls = _known(st.last_stable_offset)
             committed = st.committed if st.committed is not None else OFFSET_INVALID
             e = eof.get(tp)
-            part.update(desired=True, fetchq_cnt=q[0], fetchq_size=q[1],
+            part.update(desired=True, fetchq_cnt=fq[0], fetchq_size=fq[1],
                         fetch_state=_FETCH_STATE.get(st.state.name, "none")
                         if not st.paused else "stopped",
                         next_offset=pos.offset if pos is not None else OFFSET_INVALID,
@@ -304,7 +464,7 @@ class ConsumerStats(_Base):
             doc["cgrp"] = {"state": state, "stateage": now_ms - self._state_ms, "join_state": join}
         return self._finish(doc, c._net, md, now_ms)
 
-    def deliver(self, c, doc: dict) -> None:
+    def deliver(self, c: _ConsumerApp, doc: Doc) -> None:
         """Complete the driver's document with the application's positions and hand it to
         ``stats_cb`` (application thread)."""
         self.pending = False
@@ -325,7 +485,7 @@ class ConsumerStats(_Base):
                 part["consumer_lag_stored"] = end - sto if 0 <= sto <= end else -1
                 if tp == cur_tp and cur is not None:
                     part["fetchq_cnt"] += len(cur) - c._idx
-                rx = self.rx.get(tp, (0, 0))  # (counted here, in the application thread)
+                rx: Sequence[int] = self.rx.get(tp, (0, 0))  # (counted in this thread)
                 part.update(rxmsgs=rx[0], rxbytes=rx[1], msgs=rx[0])
         doc["rxmsgs"] = sum(v[0] for v in self.rx.values())
         doc["rxmsg_bytes"] = sum(v[1] for v in self.rx.values())
@@ -343,42 +503,45 @@ class ProducerStats(_Base):
 
     role = "producer"
 
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.tx: dict = {}         # tp -> [records, bytes] sent in Produce requests
-        self.inflight: dict = {}   # id(batch) -> batch
+    def __init__(self, cb: Callable[[str], object], interval_ms: int, client_id: str,
+                 now_ms: int) -> None:
+        super().__init__(cb, interval_ms, client_id, now_ms)
+        self.tx: dict[TP, list[int]] = {}    # tp -> [records, bytes] sent in Produce requests
+        self.inflight: dict[int, _Batch] = {}   # id(batch) -> batch
 
-    def on_send(self, batches) -> None:
+    def on_send(self, batches: Iterable[_Batch]) -> None:
         for b in batches:
             self.inflight[id(b)] = b
 
-    def on_acked(self, b) -> None:
+    def on_acked(self, b: _Batch) -> None:
         """A batch the broker acknowledged (acks=0: wrote): its records count as transmitted
         once, however often it was sent."""
         c = self.tx.get(b.tp)
         if c is None:
             c = self.tx[b.tp] = [0, 0]
+        payload = b.payload
+        assert payload is not None  # (it was built to be sent)
         c[0] += len(b.msgs)
-        c[1] += len(b.payload)
+        c[1] += len(payload)
 
-    def on_done(self, batches) -> None:
+    def on_done(self, batches: Iterable[_Batch]) -> None:
         for b in batches:
             self.inflight.pop(id(b), None)
 
-    def maybe_emit(self, p, now_ms: int) -> None:
+    def maybe_emit(self, p: _Producer, now_ms: int) -> None:
         if now_ms < self.next_ms:
             return
         self.next_ms = now_ms + self.interval_ms
         self.cb(json.dumps(self.document(p, now_ms)))
 
-    def document(self, p, now_ms: int) -> dict:
+    def document(self, p: _Producer, now_ms: int) -> Doc:
         md = p._md
-        queued: dict = {}   # tp -> [records, bytes] waiting in batches
+        queued: dict[TP, list[int]] = {}   # tp -> [records, bytes] waiting in batches
         for tp, q in p._batches.items():
             n = sum(len(b.msgs) for b in q)
             if n:
                 queued[tp] = [n, sum(m._size for b in q for m in b.msgs)]
-        flying: dict = {}
+        flying: dict[TP, list[int]] = {}
         for b in self.inflight.values():
             f = flying.setdefault(b.tp, [0, 0])
             f[0] += len(b.msgs)
@@ -391,16 +554,16 @@ class ProducerStats(_Base):
         doc.update(replyq=len(p._reports), msg_cnt=len(p), msg_size=size,
                    msg_max=cfg.queue_buffering_max_messages,
                    msg_size_max=0, simple_cnt=0)
-        topics: dict = {}
+        topics: Doc = {}
         for tp in sorted(set(self.tx) | set(queued) | set(flying)):
             t, p_ = tp
             part = _partition_base(md, t, p_)
-            tx = self.tx.get(tp, (0, 0))
-            q = queued.get(tp, (0, 0))
-            f = flying.get(tp, (0, 0))
-            part.update(msgq_cnt=q[0], msgq_bytes=q[1], xmit_msgq_cnt=0, xmit_msgq_bytes=0,
-                        msgs_inflight=f[0], txmsgs=tx[0], txbytes=tx[1],
-                        msgs=tx[0] + q[0])
+            tx: Sequence[int] = self.tx.get(tp, (0, 0))
+            qd: Sequence[int] = queued.get(tp, (0, 0))
+            fl: Sequence[int] = flying.get(tp, (0, 0))
+            part.update(msgq_cnt=qd[0], msgq_bytes=qd[1], xmit_msgq_cnt=0, xmit_msgq_bytes=0,
+                        msgs_inflight=fl[0], txmsgs=tx[0], txbytes=tx[1],
+                        msgs=tx[0] + qd[0])
             topics.setdefault(t, _topic(md, t, now_ms))["partitions"][str(p_)] = part
         for t in p._parked:
             topics.setdefault(t, _topic(md, t, now_ms))

@@ -46,7 +46,8 @@ import struct
 import time
 import zlib
 from array import array
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 import cramjam
 import xxhash
@@ -60,6 +61,9 @@ from ..errors import (
     TruncatedError,
     UnsupportedCompressionError,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["Record", "RecordBatch", "Span", "iter_records", "iter_batches", "scan_spans", "build_batch",
            "decode_columns",
@@ -87,6 +91,10 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _LEGACY_HEAD = struct.Struct(">qiIbB")       # offset, size, crc, magic, attributes
 
+_Header = tuple[str, bytes | None]
+# (topic, partition, offset) of a batch being decompressed, for DecompressionLimitError
+_Where = tuple[str | None, int, int]
+
 
 def _wrap64(v: int) -> int:
     """Two's-complement int64 wrap (what the compiled twin's arithmetic does)."""
@@ -100,18 +108,22 @@ class _ByValue:
 
     __slots__ = ()
 
-    def __eq__(self, other):
-        if type(other) is not type(self):
+    if TYPE_CHECKING:
+        def to_tuple(self) -> tuple[Any, ...]: ...
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self) or not isinstance(other, _ByValue):
             return NotImplemented
         return self.to_tuple() == other.to_tuple()
 
-    def __ne__(self, other):
+    def __ne__(self, other: object) -> bool:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    __hash__ = None
+    # unhashable (mutable, compared by value), as the compiled twin; object's __hash__ is a method
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_ByValue], tuple[Any, ...]]:
         return (type(self), self.to_tuple())
 
 
@@ -124,35 +136,38 @@ class Record(_ByValue):
     __slots__ = ("offset", "timestamp", "timestamp_type", "key", "value", "headers",
                  "topic", "partition", "leader_epoch")
 
-    def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
-                 topic=None, partition=-1, leader_epoch=-1):
+    def __init__(self, offset: int, timestamp: int, timestamp_type: int, key: Buffer | None,
+                 value: Buffer | None, headers: Iterable[_Header] | None = None,
+                 topic: str | None = None, partition: int = -1, leader_epoch: int = -1) -> None:
         self.offset = operator.index(offset)
         self.timestamp = operator.index(timestamp)
         self.timestamp_type = operator.index(timestamp_type)
         self.key = None if key is None else bytes(key)
         self.value = None if value is None else bytes(value)
-        self.headers = [] if headers is None else list(headers)
+        self.headers: list[_Header] = [] if headers is None else list(headers)
         self.topic = topic
         self.partition = operator.index(partition)
         self.leader_epoch = operator.index(leader_epoch)
 
-    def to_tuple(self):
+    def to_tuple(self) -> tuple[int, int, int, bytes | None, bytes | None, list[_Header],
+                                str | None, int, int]:
         """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
         return (self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
                 self.headers, self.topic, self.partition, self.leader_epoch)
 
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
                 f"timestamp_type={self.timestamp_type}, key={self.key!r}, value={self.value!r}, "
                 f"headers={self.headers!r}, topic={self.topic!r}, partition={self.partition}, "
                 f"leader_epoch={self.leader_epoch})")
 
 
-def _record(offset, timestamp, timestamp_type, key, value, headers, topic, partition,
-            leader_epoch, _new=object.__new__, _cls=Record):
+def _record(offset: int, timestamp: int, timestamp_type: int, key: bytes | None,
+            value: bytes | None, headers: list[_Header], topic: str | None, partition: int,
+            leader_epoch: int, _new: Any = object.__new__, _cls: type[Record] = Record) -> Record:
     # decoder-internal constructor: fields are already the right types
-    r = _new(_cls)
+    r: Record = _new(_cls)
     r.offset = offset
     r.timestamp = timestamp
     r.timestamp_type = timestamp_type
@@ -177,10 +192,11 @@ class RecordBatch(_ByValue):
                  "partition_leader_epoch", "timestamp_type", "first_timestamp", "max_timestamp",
                  "records", "size_bytes")
 
-    def __init__(self, base_offset, last_offset, magic, compression, is_transactional,
-                 is_control, producer_id, producer_epoch, base_sequence,
-                 partition_leader_epoch, timestamp_type, first_timestamp, max_timestamp,
-                 records, size_bytes):
+    def __init__(self, base_offset: int, last_offset: int, magic: int, compression: str,
+                 is_transactional: bool, is_control: bool, producer_id: int, producer_epoch: int,
+                 base_sequence: int, partition_leader_epoch: int, timestamp_type: int,
+                 first_timestamp: int, max_timestamp: int, records: Iterable[Record],
+                 size_bytes: int) -> None:
         self.base_offset = base_offset
         self.last_offset = last_offset
         self.magic = magic
@@ -197,20 +213,20 @@ class RecordBatch(_ByValue):
         self.records = list(records)
         self.size_bytes = size_bytes
 
-    def to_tuple(self):
+    def to_tuple(self) -> tuple[Any, ...]:
         return (self.base_offset, self.last_offset, self.magic, self.compression,
                 self.is_transactional, self.is_control, self.producer_id, self.producer_epoch,
                 self.base_sequence, self.partition_leader_epoch, self.timestamp_type,
                 self.first_timestamp, self.max_timestamp, self.records, self.size_bytes)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.records)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
 
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
                 f"magic={self.magic}, compression={self.compression!r}, "
                 f"records={len(self.records)}, is_transactional={self.is_transactional}, "
@@ -220,13 +236,13 @@ class RecordBatch(_ByValue):
 
 # --- primitives (the same semantics as _primitives.pxi) --------------------------------
 
-def _need(pos, end, n):
+def _need(pos: int, end: int, n: int) -> None:
     if n < 0 or n > end - pos:
         raise TruncatedError(f"needed {n} bytes at position {pos}, only {end - pos} left",
                              position=pos)
 
 
-def _uvarint64(buf, pos, end):
+def _uvarint64(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     v = 0
     shift = 0
     while True:
@@ -242,7 +258,7 @@ def _uvarint64(buf, pos, end):
         shift += 7
 
 
-def _zz32(buf, pos, end):
+def _zz32(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zigzag varint that must fit 32 bits -> (value, new position)."""
     if pos < end:
         b = buf[pos]
@@ -255,7 +271,7 @@ def _zz32(buf, pos, end):
     return (v >> 1) ^ -(v & 1), pos
 
 
-def _zz64(buf, pos, end):
+def _zz64(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     """Zigzag varlong -> (value, new position)."""
     if pos < end:
         b = buf[pos]
@@ -267,7 +283,7 @@ def _zz64(buf, pos, end):
 
 # --- decompression ---------------------------------------------------------------------
 
-def _snappy_bound(block, position):
+def _snappy_bound(block: bytes | memoryview, position: int) -> int:
     # The raw snappy preamble is the uncompressed length; cramjam allocates it up front (and
     # aborts the process if it cannot), so check it against what the block can expand to.
     n = len(block)
@@ -291,7 +307,7 @@ def _snappy_bound(block, position):
     return v
 
 
-def _snappy(data, position, limit, where):
+def _snappy(data: bytes | memoryview, position: int, limit: int, where: _Where) -> bytes:
     # raw snappy, or xerial framing: magic | version int32 | compat int32 | [len int32 | block]...
     # A raw block's preamble is its exact uncompressed length, so the cap is checked on the
     # preambles (summed over xerial blocks) before anything is decompressed.
@@ -299,7 +315,7 @@ def _snappy(data, position, limit, where):
     total = 0
     if n >= 16 and data[:8] == _XERIAL_MAGIC:
         pos = 16
-        pieces = []
+        pieces: list[bytes] = []
         while pos < n:
             if n - pos < 4:
                 raise CorruptRecordError(f"truncated xerial snappy block length at position {position}",
@@ -321,7 +337,7 @@ def _snappy(data, position, limit, where):
     return bytes(cramjam.snappy.decompress_raw(data))
 
 
-def _legacy_lz4(data):
+def _legacy_lz4(data: bytes | memoryview) -> bytes | memoryview:
     # Kafka 0.8/0.9 computed the LZ4 frame header checksum over magic+descriptor; if the
     # byte matches that broken value, patch in the correct one.
     n = len(data)
@@ -342,7 +358,7 @@ def _legacy_lz4(data):
     return bytes(fixed)
 
 
-def _limit_error(codec, position, limit, where):
+def _limit_error(codec: int, position: int, limit: int, where: _Where) -> DecompressionLimitError:
     # where: (topic, partition, offset) of the batch
     topic, partition, offset = where
     of = f" of {topic} [{partition}]" if topic is not None else ""
@@ -353,12 +369,13 @@ def _limit_error(codec, position, limit, where):
         partition=partition if partition >= 0 else None, offset=offset)
 
 
-def _short_output(exc):
+def _short_output(exc: Exception) -> bool:
     # cramjam's *_into says this when the output block was too small
     return "failed to write whole buffer" in str(exc)
 
 
-def _bounded(codec, fn, data, position, limit, where):
+def _bounded(codec: int, fn: Callable[[bytes | memoryview, bytearray], int],
+             data: bytes | memoryview, position: int, limit: int, where: _Where) -> bytes:
     # gzip, lz4 or zstd into a block that starts at a few times the input and grows 4x, never
     # past limit + 1 bytes: output that fills that block is over the cap, and decompression
     # stops there (cramjam's *_into streams into the block and fails when it is full).
@@ -380,7 +397,8 @@ def _bounded(codec, fn, data, position, limit, where):
         return bytes(out)
 
 
-def _decompress(codec, data, magic, position, limit, where):
+def _decompress(codec: int, data: bytes | memoryview, magic: int, position: int, limit: int,
+                where: _Where) -> bytes:
     try:
         if codec == 1:
             return _bounded(1, cramjam.gzip.decompress_into, data, position, limit, where)
@@ -404,7 +422,7 @@ def _decompress(codec, data, magic, position, limit, where):
                                       position=position)
 
 
-def _rewrap(exc, start, decompressed):
+def _rewrap(exc: ProtocolError, start: int, decompressed: bool) -> ProtocolError:
     # Inside a complete entry every malformation is corruption; positions inside a
     # decompressed block mean nothing to the caller, so those errors point at the entry.
     if isinstance(exc, DecompressionLimitError):
@@ -620,15 +638,41 @@ class _Entry:
     __slots__ = ("base_offset", "last_offset", "first_timestamp", "max_timestamp",
                  "producer_id", "partition_leader_epoch", "base_sequence", "producer_epoch",
                  "magic", "codec", "timestamp_type", "is_transactional", "is_control", "size")
+    base_offset: int
+    last_offset: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    partition_leader_epoch: int
+    base_sequence: int
+    producer_epoch: int
+    magic: int
+    codec: int
+    timestamp_type: int
+    is_transactional: bool
+    is_control: bool
+    size: int
 
 
 class _Run:
     """The records section of one v2 batch, being decoded."""
     __slots__ = ("buf", "pos", "end", "remaining", "count", "base_offset", "first_ts",
                  "max_ts", "ts_type", "leader_epoch", "compressed")
+    buf: bytes
+    pos: int
+    end: int
+    remaining: int
+    count: int
+    base_offset: int
+    first_ts: int
+    max_ts: int
+    ts_type: int
+    leader_epoch: int
+    compressed: bool
 
 
-def _varint_bytes(buf, pos, end, what, rec_start):
+def _varint_bytes(buf: bytes, pos: int, end: int, what: str,
+                  rec_start: int) -> tuple[bytes | None, int]:
     """A record's key or value: zigzag varint length (-1 null) + bytes -> (bytes | None, pos)."""
     n, pos = _zz32(buf, pos, end)
     if n >= 0:
@@ -643,9 +687,27 @@ class _Decoder:
     __slots__ = ("buf", "pos", "end", "check_crc", "topic", "partition",
                  "leader_epoch_default", "in_decompressed", "lazy", "run", "run_start",
                  "records", "sink", "max_out", "data_bytes", "ranges", "range_i")
+    buf: bytes
+    pos: int
+    end: int
+    check_crc: bool
+    topic: str | None
+    partition: int
+    leader_epoch_default: int
+    in_decompressed: bool
+    lazy: bool
+    run: _Run | None
+    run_start: int
+    records: list[Record] | None
+    sink: _Columns | None
+    max_out: int
+    data_bytes: int
+    ranges: list[tuple[int, int]] | None
+    range_i: int
 
-    def __init__(self, data, check_crc, topic, partition, leader_epoch_default,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES):
+    def __init__(self, data: Buffer, check_crc: bool, topic: str | None, partition: int,
+                 leader_epoch_default: int,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> None:
         if isinstance(data, bytes):
             self.buf = data
         else:
@@ -720,14 +782,14 @@ class _Decoder:
         self.pos = start + _LOG_OVERHEAD + size
         return e
 
-    def _abort(self, exc, start, compressed):
+    def _abort(self, exc: BaseException, start: int, compressed: bool) -> BaseException:
         """End the walk after a failure; the exception to raise (ours rewrapped with the
         entry's position, anything else as it is)."""
         self.run = None
         self.pos = self.end
         return _rewrap(exc, start, compressed) if isinstance(exc, ProtocolError) else exc
 
-    def decode_v2(self, start, end, e):
+    def decode_v2(self, start: int, end: int, e: _Entry) -> None:
         buf = self.buf
         (batch_length,) = _I32.unpack_from(buf, start + 8)
         if batch_length < _V2_MIN_LENGTH:
@@ -775,7 +837,8 @@ class _Decoder:
             self.records = self.v2_list(run)
         self.in_decompressed = False
 
-    def v2_begin(self, buf, pos, end, count, e, leader_epoch):
+    def v2_begin(self, buf: bytes, pos: int, end: int, count: int, e: _Entry,
+                 leader_epoch: int) -> _Run:
         if count > (end - pos) // _MIN_RECORD:
             raise CorruptRecordError(
                 f"records count {count} cannot fit in {end - pos} bytes", position=pos)
@@ -794,20 +857,19 @@ class _Decoder:
         return run
 
     @staticmethod
-    def v2_end(run):
+    def v2_end(run: _Run) -> None:
         if run.pos != run.end:
             raise CorruptRecordError(
                 f"{run.end - run.pos} bytes left after the last of {run.count} records",
                 position=run.pos)
 
-    def v2_list(self, run):
+    def v2_list(self, run: _Run) -> list[Record]:
         out = [self.v2_next(run) for _ in range(run.count)]
         self.v2_end(run)
         return out
 
-    def lazy_records(self):
-        # the records of the active run, one at a time (iter_records)
-        run = self.run
+    def lazy_records(self, run: _Run) -> Iterator[Record]:
+        # the records of the active run (self.run), one at a time (iter_records)
         while True:
             try:
                 if run.remaining > 0:
@@ -825,7 +887,7 @@ class _Decoder:
                 return
             yield r
 
-    def v2_next(self, run):
+    def v2_next(self, run: _Run) -> Record:
         buf = run.buf
         pos = run.pos
         rec_start = pos
@@ -847,7 +909,7 @@ class _Decoder:
         if hcount < 0 or hcount > (end - pos) // 2:
             raise CorruptRecordError(
                 f"record at position {rec_start} has header count {hcount}", position=rec_start)
-        headers = []
+        headers: list[_Header] = []
         for _ in range(hcount):
             hklen, pos = _zz32(buf, pos, end)
             if hklen < 0:
@@ -858,6 +920,7 @@ class _Decoder:
             hkey = bytes(buf[pos:pos + hklen]).decode("utf-8", "surrogateescape")
             pos += hklen
             hvlen, pos = _zz32(buf, pos, end)
+            hval: bytes | None
             if hvlen >= 0:
                 _need(pos, end, hvlen)
                 hval = buf[pos:pos + hvlen]
@@ -879,7 +942,7 @@ class _Decoder:
 
     # legacy (magic 0/1) --------------------------------------------------------------
 
-    def decode_legacy(self, start, end, magic, e):
+    def decode_legacy(self, start: int, end: int, magic: int, e: _Entry) -> None:
         buf = self.buf
         offset, timestamp, attributes, pos = self.legacy_message(buf, start, end, magic)
         e.magic = magic
@@ -930,7 +993,8 @@ class _Decoder:
         else:
             self.records = records
 
-    def legacy_message(self, buf, start, end, magic):
+    def legacy_message(self, buf: bytes, start: int, end: int,
+                       magic: int) -> tuple[int, int, int, int]:
         # offset..attributes[, timestamp]; the caller has checked the message lies in [start, end)
         offset, size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(buf, start)
         if size < (_V1_MIN_SIZE if magic == 1 else _V0_MIN_SIZE):
@@ -952,7 +1016,7 @@ class _Decoder:
         return offset, timestamp, attributes, pos
 
     @staticmethod
-    def legacy_bytes(buf, pos, end, start):
+    def legacy_bytes(buf: bytes, pos: int, end: int, start: int) -> tuple[bytes | None, int]:
         _need(pos, end, 4)
         (n,) = _I32.unpack_from(buf, pos)
         pos += 4
@@ -964,14 +1028,16 @@ class _Decoder:
         _need(pos, end, n)
         return bytes(buf[pos:pos + n]), pos + n
 
-    def legacy_record(self, offset, timestamp, ts_type, key, value):
+    def legacy_record(self, offset: int, timestamp: int, ts_type: int, key: bytes | None,
+                      value: bytes | None) -> Record:
         return _record(offset, timestamp, ts_type, key, value, [], self.topic, self.partition,
                        self.leader_epoch_default)
 
-    def legacy_inner(self, buf, magic, wrapper_offset, wrapper_ts, wrapper_ts_type):
+    def legacy_inner(self, buf: bytes, magic: int, wrapper_offset: int, wrapper_ts: int,
+                     wrapper_ts_type: int) -> list[Record]:
         n = len(buf)
         pos = 0
-        records = []
+        records: list[Record] = []
         while pos < n:
             start = pos
             if n - start < _LOG_OVERHEAD:
@@ -1013,7 +1079,7 @@ class _Decoder:
         return records
 
 
-def _make_batch(e, records):
+def _make_batch(e: _Entry, records: list[Record]) -> RecordBatch:
     b = object.__new__(RecordBatch)
     b.base_offset = e.base_offset
     b.last_offset = e.last_offset
@@ -1036,8 +1102,9 @@ def _make_batch(e, records):
 class _RecordIterator:
     """iter_records' iterator: record_bytes, stop_at and exhausted as the compiled twin's."""
     __slots__ = ("_dec", "_cur", "stop_at", "record_cost", "handed", "exhausted")
+    _cur: Iterator[Record] | None
 
-    def __init__(self, dec):
+    def __init__(self, dec: _Decoder) -> None:
         self._dec = dec
         self._cur = None
         self.stop_at = -1
@@ -1045,10 +1112,10 @@ class _RecordIterator:
         self.handed = 0
         self.exhausted = False
 
-    def __iter__(self):
+    def __iter__(self) -> _RecordIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Record:
         dec = self._dec
         while True:
             cur = self._cur
@@ -1069,33 +1136,38 @@ class _RecordIterator:
                 raise StopIteration
             if e.is_control:
                 continue
-            if dec.run is not None:
-                self._cur = dec.lazy_records()
+            run = dec.run
+            if run is not None:
+                self._cur = dec.lazy_records(run)
             else:
                 records = dec.records
+                assert records is not None  # (a complete entry, not lazy: its records)
                 dec.records = None
                 self._cur = iter(records)
 
     @property
-    def record_bytes(self):
+    def record_bytes(self) -> int:
         """Bytes of record data (after decompression) in the batches entered so far: what
         the records handed out, and the rest of the current batch, may cost."""
         return self._dec.data_bytes
 
 
-def _batches_gen(dec):
+def _batches_gen(dec: _Decoder) -> Iterator[RecordBatch]:
     while True:
         e = dec.next_entry()
         if e is None:
             return
         records = dec.records
+        assert records is not None  # (not lazy, no sink: every entry's records)
         dec.records = None
         yield _make_batch(e, records)
 
 
-def iter_records(data, check_crc=True, topic=None, partition=-1, leader_epoch_default=-1, *,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None,
-                 ranges=None):
+def iter_records(data: Buffer, check_crc: bool = True, topic: str | None = None,
+                 partition: int = -1, leader_epoch_default: int = -1, *,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 max_ahead_bytes: int | None = None,
+                 ranges: Iterable[tuple[int, int]] | None = None) -> _RecordIterator:
     """Iterate the user records in ``data`` (a Fetch response's record set).
 
     Control batches are left out; a truncated entry at the end is skipped.  Each record gets
@@ -1135,13 +1207,15 @@ def _ranges(ranges: Any, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _check_ahead(max_ahead_bytes):
+def _check_ahead(max_ahead_bytes: int | None) -> None:
     if max_ahead_bytes is not None:
         operator.index(max_ahead_bytes)  # (a TypeError as the compiled twin's)
 
 
-def iter_batches(data, check_crc=True, *, topic=None, partition=-1, leader_epoch_default=-1,
-                 max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES, max_ahead_bytes=None):
+def iter_batches(data: Buffer, check_crc: bool = True, *, topic: str | None = None,
+                 partition: int = -1, leader_epoch_default: int = -1,
+                 max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                 max_ahead_bytes: int | None = None) -> Iterator[RecordBatch]:
     """Iterate the RecordBatch entries in ``data``, control batches included
     (``max_ahead_bytes`` as for iter_records)."""
     _check_ahead(max_ahead_bytes)
@@ -1158,7 +1232,7 @@ class _Columns:
                  "header_value_offsets", "header_value_valid", "key_data", "value_data",
                  "header_key_data", "header_value_data")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.offset = array("q")
         self.timestamp = array("q")
         self.timestamp_type = array("b")
@@ -1176,12 +1250,12 @@ class _Columns:
         self.header_value_data = bytearray()
 
     @staticmethod
-    def _check(name, data):
+    def _check(name: str, data: bytearray) -> None:
         if len(data) > 0x7FFFFFFF:
             raise ProtocolError(f"{name} would exceed 2 GiB (int32 offsets); decode smaller inputs",
                                 position=None)
 
-    def append(self, r):
+    def append(self, r: Record) -> None:
         self.offset.append(r.offset)
         self.timestamp.append(r.timestamp)
         self.timestamp_type.append(r.timestamp_type)
@@ -1206,15 +1280,17 @@ class _Columns:
             self.header_value_offsets.append(len(self.header_value_data))
         self.header_offsets.append(len(self.header_key_offsets) - 1)
 
-    def finish(self):
-        out = {"num_records": len(self.offset)}
+    def finish(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"num_records": len(self.offset)}
         for name in ("offset", "timestamp", "timestamp_type", "key_offsets", "key_valid",
                      "value_offsets", "value_valid", "header_offsets", "header_key_offsets",
                      "header_value_offsets", "header_value_valid", "key_data", "value_data",
                      "header_key_data", "header_value_data"):
             col = getattr(self, name)
             if isinstance(col, array):
-                out[name] = memoryview(col.tobytes()).cast(col.typecode)
+                fmt = col.typecode
+                assert fmt in ("q", "b", "i")  # int64, int8, int32 columns (once per column)
+                out[name] = memoryview(col.tobytes()).cast(fmt)
             elif name.endswith("_valid"):
                 out[name] = memoryview(bytes(col)).cast("?")
             else:
@@ -1222,8 +1298,9 @@ class _Columns:
         return out
 
 
-def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_DECOMPRESSED_BYTES,
-                   ranges=None):
+def decode_columns(data: Buffer, check_crc: bool = True, *,
+                   max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES,
+                   ranges: Iterable[tuple[int, int]] | None = None) -> dict[str, Any]:
     """Decode every user record in ``data`` into column buffers (see kwire.records).
 
     Returns a dict: ``num_records``; ``offset``/``timestamp`` (int64), ``timestamp_type``
@@ -1240,26 +1317,26 @@ def decode_columns(data, check_crc=True, *, max_decompressed_bytes=DEFAULT_MAX_D
     if ranges is not None:
         dec.ranges = _ranges(ranges, dec.end)
         dec.end = 0  # (the first next_entry moves to the first range)
-    dec.sink = _Columns()
+    sink = dec.sink = _Columns()
     while dec.next_entry() is not None:
         pass
-    return dec.sink.finish()
+    return sink.finish()
 
 
 # --- building ---------------------------------------------------------------------------
 
-def _uvarint_bytes(v, out):
+def _uvarint_bytes(v: int, out: bytearray) -> None:
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
     out.append(v)
 
 
-def _zz_bytes(v, out):
+def _zz_bytes(v: int, out: bytearray) -> None:
     _uvarint_bytes(((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
 
 
-def _nullable(b, out):
+def _nullable(b: Buffer | None, out: bytearray) -> None:
     if b is None:
         _zz_bytes(-1, out)
         return
@@ -1268,14 +1345,14 @@ def _nullable(b, out):
     out += data
 
 
-def _int64(v):
-    v = operator.index(v)
+def _int64(value: SupportsIndex) -> int:
+    v = operator.index(value)
     if not -(1 << 63) <= v < (1 << 63):
         raise OverflowError(f"{v} does not fit in int64")
     return v
 
 
-def _compress(codec, data):
+def _compress(codec: int, data: bytes) -> bytes:
     if codec == 1:
         return bytes(cramjam.gzip.compress(data))
     if codec == 2:
@@ -1295,9 +1372,12 @@ def _compress(codec, data):
     return bytes(cramjam.zstd.compress(data))
 
 
-def build_batch(records, base_offset=0, compression="none", *, magic=2, producer_id=-1,
-                producer_epoch=-1, base_sequence=-1, is_transactional=False, timestamp_type=0,
-                partition_leader_epoch=-1, is_control=False):
+def build_batch(records: Iterable[tuple[Buffer | None, Buffer | None,
+                                       Iterable[tuple[str, Buffer | None]] | None, int | None]],
+                base_offset: int = 0, compression: str = "none", *, magic: int = 2,
+                producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                is_transactional: bool = False, timestamp_type: int = 0,
+                partition_leader_epoch: int = -1, is_control: bool = False) -> bytes:
     """Encode one magic-2 record batch.  Each record is ``(key, value, headers, timestamp_ms)``
     with key/value bytes-like or None, headers an iterable of ``(str, bytes-like | None)``,
     and timestamp_ms an int (None: now).  Offsets are base_offset, base_offset + 1, ...
@@ -1310,8 +1390,9 @@ def build_batch(records, base_offset=0, compression="none", *, magic=2, producer
         raise ValueError(f"unknown compression {compression!r}; use one of {_CODEC_NAMES}") from None
     if timestamp_type not in (0, 1):
         raise ValueError(f"timestamp_type must be 0 or 1, not {timestamp_type!r}")
-    items = []
-    now_ms = None
+    items: list[tuple[Buffer | None, Buffer | None, Iterable[tuple[str, Buffer | None]] | None,
+                      int]] = []
+    now_ms: int | None = None
     for item in records:
         key, value, headers, timestamp = item
         if timestamp is None:

@@ -42,8 +42,8 @@ import random
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeAlias
 
 from ..config import Config, parse_config
 from ..errors import (
@@ -53,6 +53,7 @@ from ..errors import (
     for_code,
 )
 from ..net import NetworkClient, now_ms
+from ..net.metadata import ClusterSnapshot
 from ..stats import ProducerStats
 from .batch import (
     BATCH_OVERHEAD_BYTES,
@@ -73,6 +74,11 @@ __all__ = ["Producer", "DeliveryReport", "murmur2", "fnv1a", "partition_for",
 _ACKS = {"0": 0, "1": 1, "all": -1}
 _RECORD_OVERHEAD_BYTES = 21  # worst-case varints and attributes of one v2 record
 _TOPIC_PROPAGATION_MAX_MS = 30_000  # how long an unknown topic may take to appear
+
+# what produce() takes for a key, a value or a header value (str is encoded as UTF-8)
+BytesLike: TypeAlias = bytes | bytearray | memoryview | str | None
+# produce()'s headers: a mapping or a sequence of (name, value) pairs
+Headers: TypeAlias = Mapping[str, BytesLike] | Iterable[tuple[str, BytesLike]] | None
 
 
 # --- hashing -----------------------------------------------------------------------------
@@ -131,7 +137,7 @@ def partition_for(partitioner: str, key: bytes | None, num_partitions: int) -> i
     raise ValueError(f"unknown partitioner {partitioner!r}")
 
 
-def _to_bytes(value, what: str) -> bytes | None:
+def _to_bytes(value: object, what: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes):
@@ -143,11 +149,11 @@ def _to_bytes(value, what: str) -> bytes | None:
     raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
 
 
-def _headers(headers) -> list[tuple[str, bytes | None]]:
+def _headers(headers: Headers) -> list[tuple[str, bytes | None]]:
     if not headers:
         return []
     items = headers.items() if isinstance(headers, Mapping) else headers
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for item in items:
         k, v = item
         if not isinstance(k, str):
@@ -160,7 +166,7 @@ class Producer(SenderMixin, TransactionsMixin):
     """Produce records to Kafka (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any] | Config | None = None, *,
-                 tracer: Callable[[dict], Any] | None = None, **kwargs: Any):
+                 tracer: Callable[[dict[str, Any]], Any] | None = None, **kwargs: Any) -> None:
         if kwargs:  # confluent-kafka allows Producer(conf, logger=...) style extras
             config = {**(config.user if isinstance(config, Config) else (config or {})), **kwargs}
         cfg = config if isinstance(config, Config) else parse_config(config or {}, role="producer")
@@ -204,9 +210,10 @@ class Producer(SenderMixin, TransactionsMixin):
                 pump=lambda wait_ms: self._drive(wait_ms, flushing=False, serve=False))
 
     # --- public API -----------------------------------------------------------------------
-    def produce(self, topic: str, value=None, key=None, partition: int | None = None,
-                on_delivery: Callable | None = None, timestamp: int | None = None,
-                headers=None, callback: Callable | None = None) -> None:
+    def produce(self, topic: str, value: BytesLike = None, key: BytesLike = None,
+                partition: int | None = None, on_delivery: Callable[..., Any] | None = None,
+                timestamp: int | None = None, headers: Headers = None,
+                callback: Callable[..., Any] | None = None) -> None:
         """Queue one record.  ``timestamp`` in ms (default: now); ``headers`` a dict or a list
         of ``(str, bytes | str | None)``; ``on_delivery(err, report)`` (alias ``callback``) is
         called from poll()/flush().  Raises BufferError when queue.buffering.max.messages
@@ -283,8 +290,8 @@ class Producer(SenderMixin, TransactionsMixin):
         now = now_ms()
         if in_queue:
             err = PurgedError("purged from the producer queue (purge())")
-            for q in self._parked.values():
-                for msg in q:
+            for parked in self._parked.values():
+                for msg in parked:
                     self._report(msg, err, now)
             self._parked.clear()
             for q in self._batches.values():
@@ -309,7 +316,7 @@ class Producer(SenderMixin, TransactionsMixin):
         """Records not yet acknowledged or whose callbacks were not yet served."""
         return self._outstanding
 
-    def list_topics(self, topic: str | None = None, timeout: float | None = 10.0):
+    def list_topics(self, topic: str | None = None, timeout: float | None = 10.0) -> ClusterSnapshot:
         """Metadata snapshot (see :meth:`kwire.admin.Admin.list_topics`)."""
         from ..net import Metadata
         md = Metadata()
@@ -330,7 +337,7 @@ class Producer(SenderMixin, TransactionsMixin):
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
@@ -457,12 +464,12 @@ class Producer(SenderMixin, TransactionsMixin):
             return
         limit = self._delivery_timeout_ms
         for topic in list(self._parked):
-            q = self._parked[topic]
-            while q and now - q[0]._created_ms >= limit:
-                self._report(q.popleft(), KafkaTimeoutError(
+            parked = self._parked[topic]
+            while parked and now - parked[0]._created_ms >= limit:
+                self._report(parked.popleft(), KafkaTimeoutError(
                     f"record for {topic!r} timed out after {limit} ms waiting for metadata "
                     "(delivery.timeout.ms)"), now)
-            if not q:
+            if not parked:
                 del self._parked[topic]
         for tp, q in self._batches.items():
             if tp in self._busy:
@@ -488,8 +495,8 @@ class Producer(SenderMixin, TransactionsMixin):
         tm.pending.clear()
 
     def _fail_waiting(self, error: KwireError, now: int) -> None:
-        for q in list(self._parked.values()):
-            for msg in q:
+        for parked in list(self._parked.values()):
+            for msg in parked:
                 self._report(msg, error, now)
         self._parked.clear()
         for tp, q in self._batches.items():

@@ -21,6 +21,7 @@ from .batch import TIMESTAMP_LOG_APPEND_TIME, Batch, DeliveryReport
 from .transactions import ProduceAction, TransactionManager, TxnState
 
 if TYPE_CHECKING:
+    from ..config import Config
     from ..net import Metadata, NetworkClient
     from ..stats import ProducerStats
     from .coordinator import TxnCoordinatorClient
@@ -34,12 +35,14 @@ _UNKNOWN_PARTITION_MSG = "partition does not exist"
 class SenderMixin:
     """Sending and answers (see the module docstring)."""
 
+    config: Config
     _net: NetworkClient
     _md: Metadata
     _tm: TransactionManager | None
     _txc: TxnCoordinatorClient | None
     _stats: ProducerStats | None
     _batches: dict[tuple[str, int], deque[Batch]]
+    _parked: dict[str, deque[DeliveryReport]]
     _busy: set[tuple[str, int]]
     _flying: dict[int, Batch]
     _reports: deque[DeliveryReport]
@@ -52,6 +55,9 @@ class SenderMixin:
     _retry_backoff_ms: int
     _delivery_timeout_ms: int
     _build_batch: Any
+
+    if TYPE_CHECKING:
+        def __len__(self) -> int: ...  # Producer's (records outstanding; the statistics read it)
 
     def _close_batch(self, b: Batch) -> None:  # pragma: no cover - Producer's
         raise NotImplementedError
