@@ -76,7 +76,7 @@ class AppThread:
     _unsignalled: int           # raw bytes handed back since the driver was last woken
     _wake_after_bytes: int
     _cur: list[Any] | None      # the current chunk's records, handed out from _idx on
-    _cur_chunk: FetchedChunk | None
+    _cur_next_offset: int       # the current chunk's next offset (after its last record)
     _cur_tp: Any
     _idx: int
     _fence: dict[Any, float]    # tp -> lowest acceptable chunk fence
@@ -192,7 +192,7 @@ class AppThread:
             self._driver.wakeup()
 
     def _done_chunk(self) -> None:
-        self._cur = self._cur_chunk = self._cur_tp = None
+        self._cur = self._cur_tp = None
         self._idx = 0
 
     def _drop_current(self, tp: Any) -> None:
@@ -220,26 +220,27 @@ class AppThread:
             self._pos.pop(tp, None)
             self._consumed.pop(tp, None)
 
-    def _next_chunk(self, deadline: float, events: bool = True) -> bool:
-        """Make the next acceptable chunk current, handling events on the way; False when the
-        deadline passes first (or, with ``events=False``, when an event comes next)."""
+    def _next_chunk(self, deadline: float, events: bool = True) -> list[Any] | None:
+        """Make the next acceptable chunk current and return its records, handling events on
+        the way; None when the deadline passes first (or, with ``events=False``, when an event
+        comes next)."""
         q = self._q
         urgent = self._urgent
         while True:
             if urgent:
                 if not events:
-                    return False
+                    return None
                 self._take_urgent()
             try:
                 if not events and type(q[0]) is not FetchedChunk:
-                    return False
+                    return None
                 item = q.popleft()
             except IndexError:
                 if self._ch.driver_error is not None:
                     raise self._ch.driver_error from None
                 now = now_ms()
                 if now >= deadline:
-                    return False
+                    return None
                 if self._unsignalled:
                     self._wake_driver()  # out of records: whatever we took counts now
                 with self._cond:
@@ -267,16 +268,16 @@ class AppThread:
                     self._step_over(item)
                     continue
                 self._cur = item.records
-                self._cur_chunk = item
+                self._cur_next_offset = item.next_offset
                 self._cur_tp = item.tp
                 self._idx = 0
-                return True
+                return item.records
             if type(item) is PartitionEOF:
                 f = self._fence.get((item.topic, item.partition))
                 if f is None or item.fence < f:
                     continue  # seeked, paused or revoked since
                 self._app_event = item
-                return False
+                return None
             self._event(item)
 
     def _take_urgent(self) -> None:

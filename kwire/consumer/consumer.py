@@ -44,7 +44,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import Config, parse_config
 from ..errors import (
@@ -68,14 +68,23 @@ from .channel import (
     Unsubscribe,
 )
 from .driver import Driver
-from .fetch_buffer import DECODE_AHEAD_BYTES, FetchedChunk, HandBack
+from .fetch_buffer import DECODE_AHEAD_BYTES, HandBack
 from .offset_calls import OffsetCalls, _tps
 from .types import (
     GroupMetadata,
     TopicPartition,
 )
 
-__all__ = ["Consumer", "PartitionEOF"]
+if TYPE_CHECKING:
+    from ..net.metadata import Metadata
+    from ..records import Record
+    from .coordinator import GroupCoordinator
+    from .subscription import SubscriptionState
+
+__all__ = ["Consumer", "PartitionEOF", "RebalanceCallback"]
+
+# on_assign / on_revoke / on_lost: called with the consumer and the partitions
+RebalanceCallback = Callable[[Any, list[TopicPartition]], object]
 
 log = logging.getLogger("kwire.consumer")
 
@@ -102,8 +111,8 @@ class Consumer(OffsetCalls):
                 records = c.consume(1000, timeout=1.0)
     """
 
-    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer=None,
-                 network=None, **kwargs):
+    def __init__(self, config: Mapping[str, Any] | Config | None = None, *, tracer: Any = None,
+                 network: Any = None, **kwargs: Any) -> None:
         """``network``: for tests, an object with NetworkClient's surface to use instead of a
         NetworkClient (see kwire.consumer.driver.Driver)."""
         cfg = parse_config(dict(config or {}) if not isinstance(config, Config) else config,
@@ -129,16 +138,16 @@ class Consumer(OffsetCalls):
 
         # application-thread state
         self._in_app = threading.Lock()      # held by the thread inside poll()/consume()
-        self._cur: list | None = None
-        self._cur_chunk: FetchedChunk | None = None
+        self._cur = None
+        self._cur_next_offset = -1
         self._cur_tp = None
         self._idx = 0
-        self._fence: dict = {}               # tp -> lowest acceptable chunk fence
-        self._assign_fence: dict = {}        # tp -> the fence of its assignment
-        self._pending_seeks: dict = {}
-        self._pos: dict = {}                 # tp -> (next offset, leader epoch, assign fence)
-        self._dirty: set = set()
-        self._assigned: dict = {}            # the application's view of the assignment
+        self._fence = {}                     # tp -> lowest acceptable chunk fence
+        self._assign_fence = {}              # tp -> the fence of its assignment
+        self._pending_seeks = {}
+        self._pos = {}                       # tp -> (next offset, leader epoch, assign fence)
+        self._dirty = set()
+        self._assigned = {}                  # the application's view of the assignment
         self._on_assign = self._on_revoke = self._on_lost = None
         self._auto_store = cfg.enable_auto_offset_store
         self._app_subscribed = False
@@ -151,27 +160,28 @@ class Consumer(OffsetCalls):
     # The driver's objects, for diagnostics and the layers above (statistics, kwire.confluent):
     # read them from the application thread only where a stale or racy value is harmless.
     @property
-    def _coord(self):
+    def _coord(self) -> GroupCoordinator:
         return self._driver._coord
 
     @property
-    def _subs(self):
+    def _subs(self) -> SubscriptionState:
         return self._driver._subs
 
     @property
-    def _net(self):
+    def _net(self) -> Any:  # a NetworkClient (or a test's stand-in)
         return self._driver._net
 
     @property
-    def _md(self):
+    def _md(self) -> Metadata:
         return self._driver._md
 
     # =========================================================================================
     # application thread: the public API
     # =========================================================================================
 
-    def subscribe(self, topics: Iterable[str], on_assign: Callable | None = None,
-                  on_revoke: Callable | None = None, on_lost: Callable | None = None) -> None:
+    def subscribe(self, topics: Iterable[str], on_assign: RebalanceCallback | None = None,
+                  on_revoke: RebalanceCallback | None = None,
+                  on_lost: RebalanceCallback | None = None) -> None:
         """Join the group (group.id) consuming ``topics``: names, or ``^regex`` patterns."""
         self._check_open()
         topics = [topics] if isinstance(topics, str) else list(topics)
@@ -240,7 +250,7 @@ class Consumer(OffsetCalls):
         lost = self._lost_pending() if self._urgent else ()
         return [TopicPartition(t, p) for t, p in self._assigned if (t, p) not in lost]
 
-    def poll(self, timeout: float | None = None):
+    def poll(self, timeout: float | None = None) -> Record | PartitionEOF | None:
         """The next record, or None after ``timeout`` seconds (None or -1: wait forever)."""
         if not self._in_app.acquire(False):
             raise ConcurrentUseError("poll() called while poll()/consume() of this consumer runs "
@@ -252,22 +262,22 @@ class Consumer(OffsetCalls):
         finally:
             self._in_app.release()
 
-    def _poll(self, timeout):
+    def _poll(self, timeout: float | None) -> Record | PartitionEOF | None:
         self._app_enter()
         if self._urgent:
             self._take_urgent()
         cur = self._cur
         if cur is None:
-            if not self._next_chunk(self._deadline(timeout)):
+            cur = self._next_chunk(self._deadline(timeout))
+            if cur is None:
                 ev, self._app_event = self._app_event, None
                 return ev
-            cur = self._cur
         i = self._idx
         rec = cur[i]
         tp = self._cur_tp
         i += 1
         # after a chunk's last record, past its trailing control batches and aborted records too
-        nxt = self._cur_chunk.next_offset if i >= len(cur) else rec.offset + 1
+        nxt = self._cur_next_offset if i >= len(cur) else rec.offset + 1
         self._pos[tp] = (nxt, rec.leader_epoch, self._assign_fence.get(tp, 0))
         self._dirty.add(tp)
         if i >= len(cur):
@@ -276,7 +286,7 @@ class Consumer(OffsetCalls):
             self._idx = i
         return rec
 
-    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list:
+    def consume(self, num_messages: int = 1, timeout: float | None = -1) -> list[Record] | list[PartitionEOF]:
         """Up to ``num_messages`` records; waits up to ``timeout`` seconds for the first one
         (None or -1: forever) and returns as soon as nothing more is buffered."""
         if num_messages < 0 or num_messages > 1_000_000:
@@ -291,7 +301,7 @@ class Consumer(OffsetCalls):
         finally:
             self._in_app.release()
 
-    def _consume(self, num_messages, timeout):
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Any]:
         self._app_enter()
         if self._urgent:
             self._take_urgent()
@@ -305,11 +315,11 @@ class Consumer(OffsetCalls):
             if cur is None:
                 # With records in hand, return them before handling an event: a revocation
                 # would count them as consumed (and commit them) before the caller saw them.
-                if not self._next_chunk(deadline if out is None else 0, events=out is None):
+                cur = self._next_chunk(deadline if out is None else 0, events=out is None)
+                if cur is None:
                     if self._app_event is not None:  # (only when out is None)
                         out, self._app_event = [self._app_event], None
                     break
-                cur = self._cur
             i = self._idx
             n = len(cur)
             j = i + need
@@ -319,7 +329,7 @@ class Consumer(OffsetCalls):
                 part = cur[i:j]
             last = part[-1]
             tp = self._cur_tp
-            nxt = self._cur_chunk.next_offset if j >= n else last.offset + 1  # as in poll()
+            nxt = self._cur_next_offset if j >= n else last.offset + 1  # as in poll()
             self._pos[tp] = (nxt, last.leader_epoch, self._assign_fence.get(tp, 0))
             self._dirty.add(tp)
             if j >= n:
@@ -366,10 +376,10 @@ class Consumer(OffsetCalls):
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             if not self._closed and self._thread.is_alive():
                 self._post(Stop())
