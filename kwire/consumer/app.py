@@ -10,6 +10,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from time import sleep as _sleep
 from typing import Any
 
 from ..config import Config
@@ -174,6 +175,13 @@ class AppThread:
         chunk's error is handled then (after the records before the damage)."""
         dec = self._decoder
         piece = dec.decode_piece(raw, self._piece_bytes)
+        # Let the driver have the GIL now if it waits for it (sleep(0) gives it up; ~1 us when
+        # no thread waits): a Fetch answer that arrived needs the GIL for a few short moments
+        # (the reads, the parse, the next Fetch), and without this it gets it only when the
+        # interpreter's switch interval (5 ms) forces us out of a CPU-bound decode -- several
+        # times per answer, while the broker idles and the application later waits for data.
+        # Once per piece (about piece_bytes of decoded records): measured 1.3x the records/s.
+        _sleep(0)
         if not raw.done:
             self._q.appendleft(raw)
         if dec.actions:
