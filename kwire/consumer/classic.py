@@ -81,6 +81,20 @@ class ClassicGroupMember(GroupCoordinator):
             return
         super()._after_revocation(r, now_ms)
 
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast.  While the group
+        prepares a rebalance the broker still takes commits of the current generation (it
+        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
+        cooperative member keeps its partitions then, and commits them over the broker's
+        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
+        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
+        rather than wait out the rebalance."""
+        if self.state is MemberState.SYNCING:
+            return False
+        if self.state is MemberState.JOINING:
+            return self.protocol == COOPERATIVE and self._generation_valid()
+        return True
+
     def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
         owned = self.subs.assigned() if self.subs.is_auto else []
         self._lose(owned, reason, reset_member_id=reset_member_id)

@@ -31,11 +31,11 @@ on_revoke(removed) followed by another JoinGroup so the leader can hand them on.
 Here (both protocols): the member state and its transition table, coordinator discovery
 (:mod:`.discovery`: losing the coordinator while STABLE keeps the generation; heartbeats
 resume once found), commits and committed-offset look-ups (:mod:`.group_offsets`),
-revocations (on_revoke, then the commit of what was consumed), liveness
-(max.poll.interval.ms, the session), leaving, and the one poll (a
-:class:`~.types.PollResult`) and response routing into which each protocol adds its part
-(``_membership_poll``, ``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``,
-``_HANDLERS``).
+revocations (:mod:`.revocation`: on_revoke, then the commit of what was consumed), liveness
+(:mod:`.liveness`: max.poll.interval.ms; the session), leaving (:mod:`.leaving`), and the one
+poll (a :class:`~.types.PollResult`) and response routing into which each protocol adds its part
+(``_membership_poll``, ``_membership_deadlines``, ``_take_pending_leave``, ``_reset_membership``,
+``_can_commit_now``, ``_HANDLERS``).
 """
 from __future__ import annotations
 
@@ -298,20 +298,6 @@ class GroupCoordinator(ABC):
     def _generation_valid(self) -> bool:
         return self.generation != NO_GENERATION
 
-    def _can_commit_now(self) -> bool:
-        """Whether a member's commit can be sent now rather than fail fast.  While the group
-        prepares a rebalance the broker still takes commits of the current generation (it
-        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
-        cooperative member keeps its partitions then, and commits them over the broker's
-        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
-        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
-        rather than wait out the rebalance."""
-        if self.state is MemberState.SYNCING:
-            return False
-        if self.state is MemberState.JOINING:
-            return self.protocol == COOPERATIVE and self._generation_valid()
-        return True
-
     def _offset_fetch_member(self) -> tuple[str | None, int]:
         """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
         return None, -1
@@ -476,6 +462,10 @@ class GroupCoordinator(ABC):
         """A goodbye owed after max.poll.interval.ms expired (sent without waiting)."""
 
     @abstractmethod
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast."""
+
+    @abstractmethod
     def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
         """The group is lost (fenced, the poll limit, ...): partitions lost, UNJOINED."""
 
@@ -499,9 +489,8 @@ class GroupCoordinator(ABC):
         self.is_leader = False
         if self.group_instance_id is None:
             self.member_id = ""
-        owned = self.subs.assigned() if self.subs.is_auto else []
-        if owned:
-            self.subs.remove_assignment(owned)
+        if self.subs.is_auto:
+            self.subs.remove_assignment(self.subs.assigned())
         state, unsubscribe = self.leaving.finished()
         if unsubscribe:
             self.subs.unsubscribe()
