@@ -34,8 +34,8 @@ resume once found), commits and committed-offset look-ups (:mod:`.group_offsets`
 revocations (:mod:`.revocation`: on_revoke, then the commit of what was consumed), liveness
 (:mod:`.liveness`: max.poll.interval.ms; the session), leaving (:mod:`.leaving`), and the one
 poll (a :class:`~.types.PollResult`) and response routing into which each protocol adds its part
-(``_membership_poll``, ``_membership_deadlines``, ``_take_pending_leave``, ``_reset_membership``,
-``_can_commit_now``, ``_HANDLERS``).
+(``_membership_poll``, ``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``,
+``_reset_membership``, ``_can_commit_now``, ``_HANDLERS``).
 """
 from __future__ import annotations
 
