@@ -9,6 +9,7 @@ sent (once the coordinator is known) and answered, then the member is UNJOINED o
     leaving.start(close=...)                      close() or unsubscribe() was called
     leaving.step(goodbye=..., coordinator_known=..., commits_done=...)  -> LeaveStep
     leaving.answered(fire_and_forget)             the goodbye's answer came: finish now?
+    leaving.finished()                            -> (UNJOINED or CLOSED, unsubscribe too?)
     leaving.owe(member_id, instance_id)           a goodbye owed without leaving (the poll limit)
     leaving.take_owed(coordinator_known)          -> (member id, instance id) to send it for
 """
