@@ -31,6 +31,7 @@ from .coordinator import (
     MemberState,
     _Ctx,
 )
+from .leaving import LeaveStep
 from .revocation import Revocation
 from .types import COORDINATOR, AssignPartitions, ErrorAction, Request
 
@@ -79,6 +80,36 @@ class ClassicGroupMember(GroupCoordinator):
                 self._go_join(now_ms)
             return
         super()._after_revocation(r, now_ms)
+
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast.  While the group
+        prepares a rebalance the broker still takes commits of the current generation (it
+        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
+        cooperative member keeps its partitions then, and commits them over the broker's
+        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
+        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
+        rather than wait out the rebalance."""
+        if self.state is MemberState.SYNCING:
+            return False
+        if self.state is MemberState.JOINING:
+            return self.protocol == COOPERATIVE and self._generation_valid()
+        return True
+
+    def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
+        owned = self.subs.assigned() if self.subs.is_auto else []
+        self._lose(owned, reason, reset_member_id=reset_member_id)
+        self.generation = NO_GENERATION
+        self.is_leader = False
+        if reset_member_id:
+            self.member_id = ""
+        self._hb_inflight = False
+        self._sync_inflight = False
+        self._join_inflight = False
+        if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
+            self._to(MemberState.UNJOINED, reason)
+            if self.leaving.requested:
+                self._begin_leave(0)
+        self._join_reason = reason
 
     def _check_subscription_against_metadata(self) -> None:
         """A STABLE member whose topics or partition counts changed rejoins (the classic
@@ -379,20 +410,14 @@ class ClassicGroupMember(GroupCoordinator):
         self._hb_next_ms = now_ms + self.retry_backoff_ms
 
     def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
-        if self._leave_inflight:
-            return
-        if not self.commits.all_done():
-            return  # let commits finish (their deadlines bound this)
-        member_id = self.member_id
-        if self.group_instance_id is None and member_id and self.coordinator_id is not None \
-                and self.subs.is_auto:
-            self._leave_inflight = True
-            out.append(self._leave_request(member_id, None, "the consumer is leaving"))
-            return
-        if member_id and self.coordinator_id is None and self.group_instance_id is None \
-                and self.subs.is_auto:
-            return  # wait for the coordinator to say goodbye (the close timeout bounds this)
-        self._finish_leave()
+        # (static members say no goodbye: KIP-345)
+        goodbye = self.group_instance_id is None and bool(self.member_id) and self.subs.is_auto
+        step = self.leaving.step(goodbye=goodbye, coordinator_known=self.coordinator_id is not None,
+                                 commits_done=self.commits.all_done())
+        if step is LeaveStep.SEND:
+            out.append(self._leave_request(self.member_id, None, "the consumer is leaving"))
+        elif step is LeaveStep.FINISH:
+            self._finish_leave()
 
     def _leave_request(self, member_id: str, instance_id: str | None, reason: str) -> Request:
         body = {"group_id": self.group_id, "member_id": member_id,
@@ -403,11 +428,10 @@ class ClassicGroupMember(GroupCoordinator):
 
     def _take_pending_leave(self) -> list[Request]:
         """A LeaveGroup owed after max.poll.interval.ms expired (sent without waiting)."""
-        pending = self._pending_leave_member
-        if pending is None or self.coordinator_id is None:
+        owed = self.leaving.take_owed(self.coordinator_id is not None)
+        if owed is None:
             return []
-        self._pending_leave_member = None
-        member_id, instance_id = pending
+        member_id, instance_id = owed
         if instance_id is not None or not member_id:
             return []
         req = self._leave_request(member_id, None, "max.poll.interval.ms expired")

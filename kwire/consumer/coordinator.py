@@ -31,11 +31,11 @@ on_revoke(removed) followed by another JoinGroup so the leader can hand them on.
 Here (both protocols): the member state and its transition table, coordinator discovery
 (:mod:`.discovery`: losing the coordinator while STABLE keeps the generation; heartbeats
 resume once found), commits and committed-offset look-ups (:mod:`.group_offsets`),
-revocations (on_revoke, then the commit of what was consumed), liveness
-(max.poll.interval.ms, the session), leaving, and the one poll (a
-:class:`~.types.PollResult`) and response routing into which each protocol adds its part
+revocations (:mod:`.revocation`: on_revoke, then the commit of what was consumed), liveness
+(:mod:`.liveness`: max.poll.interval.ms; the session), leaving (:mod:`.leaving`), and the one
+poll (a :class:`~.types.PollResult`) and response routing into which each protocol adds its part
 (``_membership_poll``, ``_membership_deadlines``, ``_maybe_leave``, ``_take_pending_leave``,
-``_HANDLERS``).
+``_reset_membership``, ``_can_commit_now``, ``_HANDLERS``).
 """
 from __future__ import annotations
 
@@ -45,10 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import (
-    KwireError,
-    MaxPollIntervalExceededError,
-)
+from ..errors import KwireError
 from ._codes import E
 from .assignors import (
     COOPERATIVE,
@@ -57,6 +54,7 @@ from .assignors import (
 )
 from .discovery import CoordinatorDiscovery
 from .group_offsets import Commits, CommittedOffsets
+from .leaving import Leaving
 from .liveness import PollInterval
 from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
 from .revocation import Revocation, Revocations
@@ -160,11 +158,8 @@ class GroupCoordinator(ABC):
         self._last_hb_ok_ms = now_ms
         self.poll_interval = PollInterval(rebalance_timeout_ms, now_ms)  # (max.poll.interval.ms)
 
-        # leave
-        self._closing = False  # close() was called: leave, then CLOSED
-        self._unsubscribing = False
-        self._leave_inflight = False
-        self._pending_leave_member: tuple[str, str | None] | None = None  # (member id, instance id)
+        # leaving (close(), unsubscribe(), the poll limit): a machine of its own (leaving.py)
+        self.leaving = Leaving()
 
         # commits and committed offsets: machines of their own (group_offsets.py)
         self.commits = Commits(self, auto_commit_interval_ms=auto_commit_interval_ms, now_ms=now_ms)
@@ -232,7 +227,7 @@ class GroupCoordinator(ABC):
     def on_subscription_changed(self) -> None:
         """The application subscribed (again): join, or rejoin with the new topics."""
         self.failed = None
-        self._unsubscribing = False
+        self.leaving.resubscribed()
         if self.state in (MemberState.STABLE, MemberState.JOINING, MemberState.SYNCING):
             self.request_rejoin("subscription changed")
 
@@ -272,8 +267,7 @@ class GroupCoordinator(ABC):
         """
         if self.state is MemberState.CLOSED:
             return
-        self._closing = self._closing or close
-        self._unsubscribing = not close
+        self.leaving.start(close=close)
         self._rejoin_needed = False
         owned = self.subs.assigned() if self.subs.is_auto else []
         if self.revocations.current is not None and self.revocations.current.then == "leave":
@@ -298,25 +292,11 @@ class GroupCoordinator(ABC):
         return tuple(self.subs.resolve(self._partitions_per_topic))
 
     def _want_membership(self) -> bool:
-        return (self.group_id is not None and self.subs.is_auto and not self._closing
-                and not self._unsubscribing and self.failed is None and not self.poll_interval.left)
+        return (self.group_id is not None and self.subs.is_auto and not self.leaving.requested
+                and self.failed is None and not self.poll_interval.left)
 
     def _generation_valid(self) -> bool:
         return self.generation != NO_GENERATION
-
-    def _can_commit_now(self) -> bool:
-        """Whether a member's commit can be sent now rather than fail fast.  While the group
-        prepares a rebalance the broker still takes commits of the current generation (it
-        refuses them only between JoinGroup and SyncGroup, REBALANCE_IN_PROGRESS): a
-        cooperative member keeps its partitions then, and commits them over the broker's
-        ordinary connection, beside the JoinGroup it holds.  Between JoinGroup and SyncGroup
-        (SYNCING), or without a generation, nothing can be committed: fail at once (retriable)
-        rather than wait out the rebalance."""
-        if self.state is MemberState.SYNCING:
-            return False
-        if self.state is MemberState.JOINING:
-            return self.protocol == COOPERATIVE and self._generation_valid()
-        return True
 
     def _offset_fetch_member(self) -> tuple[str | None, int]:
         """(member id, member epoch) OffsetFetch v9+ names; a classic member names none."""
@@ -343,22 +323,6 @@ class GroupCoordinator(ABC):
             self._actions.append(LosePartitions(sorted(tps), self.protocol == COOPERATIVE))
             self.subs.remove_assignment(tps)
         self.revocations.drop()
-
-    def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
-        owned = self.subs.assigned() if self.subs.is_auto else []
-        self._lose(owned, reason, reset_member_id=reset_member_id)
-        self.generation = NO_GENERATION
-        self.is_leader = False
-        if reset_member_id:
-            self.member_id = ""
-        self._hb_inflight = False
-        self._sync_inflight = False
-        self._join_inflight = False
-        if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
-            self._to(MemberState.UNJOINED, reason)
-            if self._closing or self._unsubscribing:
-                self._begin_leave(0)
-        self._join_reason = reason
 
     def mark_coordinator_unknown(self, reason: str, now_ms: int) -> None:
         if self.coordinator_id is not None:
@@ -405,8 +369,8 @@ class GroupCoordinator(ABC):
         self.committed.deadlines(known, ds)
         if self.revocations.due():
             ds.append(0)
-        if self.state is MemberState.LEAVING and not self._leave_inflight and \
-                self.commits.all_done() and (known or not self.member_id):
+        if self.state is MemberState.LEAVING and self.leaving.due(
+                coordinator_known=known, commits_done=self.commits.all_done(), member_id=self.member_id):
             ds.append(0)
         return min(ds) if ds else None
 
@@ -415,19 +379,14 @@ class GroupCoordinator(ABC):
     def _check_liveness(self, now_ms: int) -> None:
         if not self._generation_valid() or self.state in (MemberState.LEAVING, MemberState.CLOSED):
             return
-        since_ms = self.poll_interval.overdue_ms(now_ms)
-        if since_ms is not None:
-            limit_ms = self.poll_interval.max_poll_interval_ms
-            log.warning("group %s: no poll() for %d ms (max.poll.interval.ms=%d): leaving the "
-                        "group", self.group_id, since_ms, limit_ms)
-            gen_member = (self.member_id, self.group_instance_id)
-            self.poll_interval.left = True
+        expired = self.poll_interval.expired(now_ms)
+        if expired is not None:
+            log.warning("group %s: %s", self.group_id, expired)
+            member = (self.member_id, self.group_instance_id)  # (the goodbye names the old one)
             self._reset_membership("max.poll.interval.ms expired",
                                    reset_member_id=self.group_instance_id is None)
-            self._pending_leave_member = gen_member
-            self._actions.append(ErrorAction(MaxPollIntervalExceededError(
-                f"no poll() for {since_ms} ms (max.poll.interval.ms={limit_ms}): left the group, "
-                "partitions lost; polling again rejoins")))
+            self.leaving.owe(*member)
+            self._actions.append(ErrorAction(expired))
             return
         if self.state in (MemberState.STABLE, MemberState.PREPARING) and \
                 now_ms - self._last_hb_ok_ms > self.session_timeout_ms and self.coordinator_id is not None:
@@ -442,7 +401,7 @@ class GroupCoordinator(ABC):
         return (self._want_membership() or self.state not in (MemberState.UNJOINED, MemberState.CLOSED)
                 or bool(self.commits.pending) or bool(self.committed.queries)
                 or bool(self.subs.in_state(FetchState.INITIALIZING))
-                or self._pending_leave_member is not None)
+                or self.leaving.owed is not None)
 
     def _maybe_find_coordinator(self, now_ms: int, out: list[Request]) -> None:
         req = self.discovery.poll(now_ms, self._needs_coordinator(), context=self._ctx("find"),
@@ -503,6 +462,14 @@ class GroupCoordinator(ABC):
         """A goodbye owed after max.poll.interval.ms expired (sent without waiting)."""
 
     @abstractmethod
+    def _can_commit_now(self) -> bool:
+        """Whether a member's commit can be sent now rather than fail fast."""
+
+    @abstractmethod
+    def _reset_membership(self, reason: str, *, reset_member_id: bool) -> None:
+        """The group is lost (fenced, the poll limit, ...): partitions lost, UNJOINED."""
+
+    @abstractmethod
     def _check_subscription_against_metadata(self) -> None:
         """What new metadata means for the membership."""
 
@@ -513,10 +480,8 @@ class GroupCoordinator(ABC):
             self._to(MemberState.LEAVING, "leaving")
 
     def _on_leave(self, req: Request, resp: Any, now_ms: int) -> None:
-        if req.context.extra.get("fire_and_forget"):
-            return
-        self._leave_inflight = False
-        if self.state is MemberState.LEAVING:
+        if self.leaving.answered(bool(req.context.extra.get("fire_and_forget"))) and \
+                self.state is MemberState.LEAVING:
             self._finish_leave()
 
     def _finish_leave(self) -> None:
@@ -524,15 +489,12 @@ class GroupCoordinator(ABC):
         self.is_leader = False
         if self.group_instance_id is None:
             self.member_id = ""
-        owned = self.subs.assigned() if self.subs.is_auto else []
-        if owned:
-            self.subs.remove_assignment(owned)
-        if self._unsubscribing and not self._closing:
+        if self.subs.is_auto:
+            self.subs.remove_assignment(self.subs.assigned())
+        state, unsubscribe = self.leaving.finished()
+        if unsubscribe:
             self.subs.unsubscribe()
-        if self._closing:  # (close() leaves, then closes)
-            self._to(MemberState.CLOSED, "closed")
-        else:
-            self._to(MemberState.UNJOINED, "left")
+        self._to(state, "closed" if state is MemberState.CLOSED else "left")
 
     # --- responses -----------------------------------------------------------------------------
 

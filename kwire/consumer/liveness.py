@@ -8,6 +8,8 @@ The session (heartbeats answered within session.timeout.ms) is the member's own.
 """
 from __future__ import annotations
 
+from ..errors import MaxPollIntervalExceededError
+
 
 class PollInterval:
     """When the application last polled, and whether the member left for want of polls."""
@@ -24,13 +26,19 @@ class PollInterval:
         was, self.left = self.left, False
         return was
 
-    def overdue_ms(self, now_ms: int) -> int | None:
-        """How long since the last poll, once that is over the limit (else None)."""
+    def expired(self, now_ms: int) -> MaxPollIntervalExceededError | None:
+        """Over the limit since the last poll: the member leaves (``left``); what to tell the
+        application (else None)."""
         if self.app_in_poll:
             self.last_app_poll_ms = now_ms
             return None
-        since = now_ms - self.last_app_poll_ms
-        return since if since > self.max_poll_interval_ms else None
+        since_ms = now_ms - self.last_app_poll_ms
+        if since_ms <= self.max_poll_interval_ms:
+            return None
+        self.left = True
+        return MaxPollIntervalExceededError(
+            f"no poll() for {since_ms} ms (max.poll.interval.ms={self.max_poll_interval_ms}): "
+            "left the group, partitions lost; polling again rejoins")
 
     def deadline_ms(self) -> int | None:
         """When the limit runs out (None while the application is in poll)."""

@@ -50,6 +50,7 @@ from .coordinator import (
     MemberState,
     _Ctx,
 )
+from .leaving import LeaveStep
 from .revocation import Revocation
 from .subscription import SubscriptionState
 from .types import COORDINATOR, AssignPartitions, ErrorAction, Request
@@ -133,7 +134,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def on_subscription_changed(self) -> None:
         self.failed = None
-        self._unsubscribing = False  # the next heartbeat says what changed
+        self.leaving.resubscribed()  # the next heartbeat says what changed
 
     def request_rejoin(self, reason: str) -> None:
         # (the broker decides when the group rebalances; a member only reports what changed)
@@ -341,7 +342,7 @@ class ConsumerGroupMember(GroupCoordinator):
         self._hb_inflight = False
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._to(MemberState.UNJOINED, reason)
-            if self._closing or self._unsubscribing:
+            if self.leaving.requested:
                 self._begin_leave(0)
 
     # --- reconciliation ------------------------------------------------------------------------
@@ -399,18 +400,14 @@ class ConsumerGroupMember(GroupCoordinator):
     # --- leaving -------------------------------------------------------------------------------
 
     def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
-        if self._leave_inflight:
-            return
-        if not self.commits.all_done():
-            return  # let commits finish (their deadlines bound this)
-        if (self.generation != NO_GENERATION or self._hb_inflight) and self.subs.is_auto:
-            # (a join heartbeat in flight may have made this a member: say goodbye after it)
-            if self.coordinator_id is None:
-                return  # wait for the coordinator to say goodbye (the close timeout bounds this)
-            self._leave_inflight = True
+        # (a join heartbeat in flight may have made this a member: say goodbye after it)
+        goodbye = (self.generation != NO_GENERATION or self._hb_inflight) and self.subs.is_auto
+        step = self.leaving.step(goodbye=goodbye, coordinator_known=self.coordinator_id is not None,
+                                 commits_done=self.commits.all_done())
+        if step is LeaveStep.SEND:
             out.append(self._leave_heartbeat("the consumer is leaving"))
-            return
-        self._finish_leave()
+        elif step is LeaveStep.FINISH:
+            self._finish_leave()
 
     def _leave_heartbeat(self, reason: str, *, fire_and_forget: bool = False) -> Request:
         epoch = STATIC_LEAVE_EPOCH if self.group_instance_id is not None else LEAVE_EPOCH
@@ -434,8 +431,6 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def _take_pending_leave(self) -> list[Request]:
         """The leave owed after max.poll.interval.ms expired (sent without waiting)."""
-        pending = self._pending_leave_member
-        if pending is None or self.coordinator_id is None:
+        if self.leaving.take_owed(self.coordinator_id is not None) is None:
             return []
-        self._pending_leave_member = None
         return [self._leave_heartbeat("max.poll.interval.ms expired", fire_and_forget=True)]
