@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import io
 import mmap
 import os
@@ -35,11 +36,12 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import KwireError
 from ..protocol import api as P
 from .names import api_name
-from .partial import partial_request, partial_response
+from .partial import Partial, partial_request, partial_response
 from .tls import (
     CANNOT_DECRYPT,
     NO_KEYS,
@@ -112,7 +114,7 @@ class Item:
     connection: int | None = None
     problem: bool = False
     packet: int | None = None  # the packet (numbered from 1, as Wireshark does) that completed it
-    partial: object | None = None  # a kwire.debug.partial.Partial for a frame that did not decode
+    partial: Partial | None = None  # for a frame that did not decode
     # A response's request and a request's response (undecoded frames whose header was read
     # are paired too): filters select pairs, --summary names a response's client.
     request: Item | None = field(default=None, repr=False, compare=False)
@@ -181,7 +183,7 @@ class Segment:
         return bool(self.flags & 0x05)
 
 
-Endpoint = tuple  # (ip text, port)
+Endpoint = tuple[str, int]  # (ip text, port)
 
 
 def endpoint_text(ep: Endpoint) -> str:
@@ -235,7 +237,7 @@ def _link_decoder(linktype: int) -> Callable[[bytes], object] | None:
     return None
 
 
-def _find_ip(pkt):
+def _find_ip(pkt: object) -> Any:  # a dpkt IP or IP6 packet (dpkt is untyped), or None
     for _ in range(4):  # link header -> (VLAN, loopback-in-Ethernet...) -> IP
         if isinstance(pkt, (dpkt.ip.IP, dpkt.ip6.IP6)):
             return pkt
@@ -916,7 +918,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                  reason=f"capture lost {he - hs} bytes at stream offset {hs} ({arrow[to_broker]})"
                         + (f"; {'; '.join(short[:3])}" if short else ""))
 
-    def damaged_partial(piece: Piece, decode) -> object | None:
+    def damaged_partial(piece: Piece, decode: Callable[[bytes], Partial]) -> Partial | None:
         """A cut frame: decode its first run of captured bytes as far as they go."""
         if piece.header is None:
             return None
@@ -977,7 +979,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                     pair(it, req)
                     if P.APIS.get(req.api_key) is not None:
                         it.partial = damaged_partial(
-                            piece, lambda payload, req=req: partial_response(req.api_key, req.version, payload))
+                            piece, functools.partial(partial_response, req.api_key, req.version))
             continue
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)
