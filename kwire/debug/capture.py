@@ -34,9 +34,9 @@ import os
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from ..errors import KwireError
 from ..protocol import api as P
@@ -45,7 +45,9 @@ from .partial import Partial, partial_request, partial_response
 from .tls import (
     CANNOT_DECRYPT,
     NO_KEYS,
+    Decrypted,
     TlsKeylogError,
+    TlsSummary,
     decrypt_with_tshark,
     find_tls,
     summarise_tls,
@@ -107,7 +109,7 @@ class Item:
     client_id: str | None = None
     size_bytes: int | None = None
     rtt_ms: float | None = None
-    body: dict | None = None
+    body: dict[str, Any] | None = None
     reason: str | None = None
     data: bytes | None = None
     offset: int | None = None
@@ -120,7 +122,7 @@ class Item:
     request: Item | None = field(default=None, repr=False, compare=False)
     response: Item | None = field(default=None, repr=False, compare=False)
 
-    def to_event(self) -> dict:
+    def to_event(self) -> dict[str, Any]:
         """The dict render.py takes (the same shape as a live trace event after trace.py)."""
         client_id = self.client_id
         if client_id is None and self.request is not None:
@@ -149,7 +151,7 @@ class KafkaConnection:
 @dataclass
 class CaptureResult:
     items: list[Item]
-    stats: dict
+    stats: dict[str, Any]
     connections: list[KafkaConnection] = field(default_factory=list)
 
     @property
@@ -197,9 +199,9 @@ class Connection:
 
     a: Endpoint  # source of the first packet seen
     b: Endpoint
-    segments: dict = field(default_factory=dict)  # Endpoint -> list[Segment]
-    isn: dict = field(default_factory=dict)  # Endpoint -> initial sequence number (SYN seen)
-    closed: set = field(default_factory=set)  # endpoints that sent FIN or RST
+    segments: dict[Endpoint, list[Segment]] = field(default_factory=dict)
+    isn: dict[Endpoint, int] = field(default_factory=dict)  # initial sequence number (SYN seen)
+    closed: set[Endpoint] = field(default_factory=set)  # endpoints that sent FIN or RST
     syn_from: Endpoint | None = None  # the side that opened the connection
     first_ts: float = 0.0
     has_data: bool = False
@@ -229,7 +231,7 @@ def _link_decoder(linktype: int) -> Callable[[bytes], object] | None:
     if linktype in (_LINK_NULL, _LINK_LOOP):
         return dpkt.loopback.Loopback
     if linktype in _LINK_RAW:
-        def raw_ip(buf: bytes):
+        def raw_ip(buf: bytes) -> Any:  # a dpkt packet
             if buf and buf[0] >> 4 == 6:
                 return dpkt.ip6.IP6(buf)
             return dpkt.ip.IP(buf)
@@ -261,7 +263,7 @@ def _ipv4_at(linktype: int) -> Callable[[bytes], int] | None:
     return None
 
 
-def _fast_ipv4_tcp(buf: bytes, at: int):
+def _fast_ipv4_tcp(buf: bytes | memoryview, at: int) -> tuple[str, str, int, int, int, int, bytes | memoryview, int] | None:
     """An IPv4 TCP packet read as dpkt reads it, without dpkt's copies per layer: (src ip, dst
     ip, sport, dport, seq, flags, payload, lost), or None where dpkt must decide (fragments,
     short headers, not TCP, not version 4)."""
@@ -289,7 +291,7 @@ def _fast_ipv4_tcp(buf: bytes, at: int):
 _PCAP_MICRO = {b"\xa1\xb2\xc3\xd4": ">", b"\xd4\xc3\xb2\xa1": "<"}  # classic pcap, microseconds
 
 
-def _mapped_pcap(f):
+def _mapped_pcap(f: IO[bytes]) -> tuple[int, Iterator[tuple[float, memoryview]]] | None:
     """A classic pcap file (microsecond timestamps) mapped into memory: (link type, iterator of
     (ts, packet bytes as a memoryview of the mapping)), so packets are not copied out of the
     file one by one; None for anything else (pcapng, nanosecond pcap, an empty or unmappable
@@ -306,7 +308,7 @@ def _mapped_pcap(f):
     linktype = struct.unpack_from(order + "I", mm, 20)[0]
     rec = struct.Struct(order + "III")  # seconds, microseconds, captured length
 
-    def packets():
+    def packets() -> Iterator[tuple[float, memoryview]]:
         view = memoryview(mm)
         n, pos = len(mm), 24
         while pos < n:
@@ -319,7 +321,7 @@ def _mapped_pcap(f):
     return linktype, packets()
 
 
-def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
+def read_segments(path: str | os.PathLike[str] | IO[bytes]) -> tuple[list[Connection], dict[str, Any], list[Item]]:
     """Every TCP connection in a capture (a path, or a binary file object), with its segments
     in capture order.
 
@@ -327,9 +329,9 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     """
     if dpkt is None:
         raise CaptureError("reading captures needs dpkt: pip install 'kwire[debug]' (or pip install dpkt)")
-    stats = {"packets": 0, "tcp_packets": 0, "other_packets": 0, "unreadable_packets": 0}
+    stats: dict[str, Any] = {"packets": 0, "tcp_packets": 0, "other_packets": 0, "unreadable_packets": 0}
     notes: list[Item] = []
-    by_key: dict = {}
+    by_key: dict[tuple[Endpoint, Endpoint], Connection] = {}
     done: list[Connection] = []
     name = "stdin" if hasattr(path, "read") else os.fspath(path)
     with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as f:
@@ -369,9 +371,10 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
                 seg = Segment(index, float(ts), seq, flags, payload, lost)
                 s_ep, d_ep = (src, sport), (dst, dport)
             else:
-                seg, s_ep, d_ep = _slow_segment(buf, ts, index, decode_link, stats, notes)
-                if seg is None:
+                slow = _slow_segment(buf, ts, index, decode_link, stats, notes)
+                if slow is None:
                     continue
+                seg, s_ep, d_ep = slow
             key = (s_ep, d_ep) if s_ep <= d_ep else (d_ep, s_ep)
             conn = by_key.get(key)
             if conn is not None and seg.syn and not seg.flags & 0x10 and (
@@ -392,8 +395,10 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     return conns, stats, notes
 
 
-def _slow_segment(buf, ts, index, decode_link, stats, notes):
-    """One packet through dpkt: (Segment, source, destination), or (None, None, None) for a
+def _slow_segment(buf: bytes | memoryview, ts: float, index: int, decode_link: Callable[[bytes], object],
+                  stats: dict[str, Any], notes: list[Item]
+                  ) -> tuple[Segment, Endpoint, Endpoint] | None:
+    """One packet through dpkt: (Segment, source, destination), or None for a
     packet that is not TCP (counted in ``stats``, noted in ``notes`` when unreadable)."""
     try:
         ip = _find_ip(decode_link(bytes(buf)))
@@ -401,17 +406,17 @@ def _slow_segment(buf, ts, index, decode_link, stats, notes):
         ip = None
     if ip is None:
         stats["other_packets"] += 1
-        return None, None, None
+        return None
     tcp = ip.data
     if ip.p != 6:
         stats["other_packets"] += 1
-        return None, None, None
+        return None
     if not isinstance(tcp, dpkt.tcp.TCP):
         stats["unreadable_packets"] += 1
         notes.append(Item("note", ts=float(ts), problem=True, reason=(
             f"packet {index} is too short (or fragmented) to read its TCP header; "
             "its bytes are missing from its stream")))
-        return None, None, None
+        return None
     stats["tcp_packets"] += 1
     if isinstance(ip, dpkt.ip.IP):
         src, dst = socket.inet_ntop(socket.AF_INET, ip.src), socket.inet_ntop(socket.AF_INET, ip.dst)
@@ -435,8 +440,9 @@ class Stream:
     the first byte captured when the capture started mid-connection (``mid_start``).
     """
 
-    def __init__(self, data: bytes, holes: list, times: list, *, mid_start: bool, closed: bool,
-                 duplicate_bytes: int = 0, lost_segments: list | None = None):
+    def __init__(self, data: bytes, holes: list[tuple[int, int]], times: list[tuple[int, float, int]], *,
+                 mid_start: bool, closed: bool, duplicate_bytes: int = 0,
+                 lost_segments: list[tuple[int, int, int]] | None = None):
         self.data = data if type(data) is bytes else bytes(data)
         self.holes = holes
         self._time_offsets = [t[0] for t in times]
@@ -519,7 +525,7 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
     chunks: list[bytes] = []  # joined once at the end: a capture's bytes are copied once here
     cursor = 0  # the length of the chunks so far
     holes: list[tuple[int, int]] = []
-    times: list[tuple[int, float]] = []
+    times: list[tuple[int, float, int]] = []  # (stream offset, ts, packet) where each segment's bytes start
     declared = 0
     duplicates = 0
     lost_segments = []
@@ -617,7 +623,7 @@ def request_start(stream: Stream, q: int) -> int:
     return _confirm(stream, q + 4 + size, _REQ_HDR.size, lambda n: _request_header_ok(data, n) is not None)
 
 
-def response_start(expected: Callable[[], set]) -> Plausible:
+def response_start(expected: Callable[[], set[int]]) -> Plausible:
     """How plausibly a response starts at ``q``: a sane size and a correlation id that one of
     the connection's unanswered requests carries, confirmed by a sane next size."""
 
@@ -743,11 +749,11 @@ def _describe_error(exc: Exception) -> str:
     return f"{text} (decoder position {pos})"
 
 
-def _is_kafka_port(ep: Endpoint, ports: set) -> bool:
+def _is_kafka_port(ep: Endpoint, ports: Container[int]) -> bool:
     return ep[1] in ports
 
 
-def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tuple[Endpoint | None, str]:
+def _pick_broker(conn: Connection, streams: dict[Endpoint, Stream], ports: Container[int], auto: bool) -> tuple[Endpoint | None, str]:
     a_in, b_in = _is_kafka_port(conn.a, ports), _is_kafka_port(conn.b, ports)
     if a_in and b_in:
         if conn.syn_from is not None:
@@ -795,7 +801,7 @@ def _two_requests_within(s: Stream, limit: int) -> bool:
     return False
 
 
-def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]:
+def decode_request_item(payload: bytes, size: int, **where: Any) -> tuple[Item, bool]:
     """One whole request frame (``payload``: after its size prefix) as an Item, and whether a
     response will follow (not for Produce with acks=0).  ``where``: ts, packet, offset, client,
     broker, connection.  A frame that does not decode becomes an ``undecoded`` item with its
@@ -820,7 +826,7 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
     return it, not (rf.api.key == 0 and rf.body.get("acks") == 0)  # acks=0: the broker sends nothing
 
 
-def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -> Item:
+def decode_response_item(payload: bytes, size: int, req: Item | None, **where: Any) -> Item:
     """One whole response frame as an Item, decoded as the answer to ``req`` (the request item
     with its correlation id, or None when the capture has none) and paired with it."""
     corr = P.peek_correlation_id(payload)
@@ -856,9 +862,9 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
     return it
 
 
-def _tls_summaries(up: Stream, down: Stream) -> list:
+def _tls_summaries(up: Stream, down: Stream) -> list[tuple[Stream, bool, TlsSummary]]:
     """(direction's stream, to_broker, TlsSummary) of the directions that carry TLS."""
-    out = []
+    out: list[tuple[Stream, bool, TlsSummary]] = []
     for stream, to_broker in ((up, True), (down, False)):
         start = find_tls(stream.data, mid_start=stream.mid_start)
         if start is not None:
@@ -866,17 +872,18 @@ def _tls_summaries(up: Stream, down: Stream) -> list:
     return out
 
 
-def _plaintext_stream(chunks: list | None) -> Stream:
+def _plaintext_stream(chunks: list[tuple[int, float, bytes]] | None) -> Stream:
     """A direction's decrypted bytes (from tshark: (packet, ts, data) in order) as a Stream."""
-    data, times = bytearray(), []
+    data = bytearray()
+    times: list[tuple[int, float, int]] = []
     for packet, ts, chunk in chunks or ():
         times.append((len(data), ts, packet))
         data += chunk
     return Stream(bytes(data), [], times, mid_start=False, closed=False)
 
 
-def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict,
-                       plaintext: dict | None = None) -> list[Item]:
+def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict[Endpoint, Stream],
+                       plaintext: Decrypted | None = None) -> list[Item]:
     """``plaintext``: tshark's decryption of the capture's TLS connections (--tls-keylog)."""
     client = conn.other(broker)
     ctext, btext = endpoint_text(client), endpoint_text(broker)
@@ -884,7 +891,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     up, down = streams.get(client, empty), streams.get(broker, empty)
     items: list[Item] = []
 
-    def item(kind: str, to_broker: bool, **kw) -> Item:
+    def item(kind: str, to_broker: bool, **kw: Any) -> Item:
         it = Item(kind, client=ctext, broker=btext, to_broker=to_broker, connection=index, **kw)
         items.append(it)
         return it
@@ -955,7 +962,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         if expect:
             pending.setdefault(it.correlation_id, deque()).append(it)
 
-    def unanswered() -> set:
+    def unanswered() -> set[int]:
         return {c for c, q in pending.items() if q}
 
     def pair(resp: Item, req: Item) -> None:
@@ -995,8 +1002,8 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     return items
 
 
-def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detect: bool = True,
-                   tls_keylog: str | os.PathLike | None = None) -> CaptureResult:
+def decode_capture(path: str | os.PathLike[str], *, ports: Iterable[int] = (DEFAULT_PORT,), auto_detect: bool = True,
+                   tls_keylog: str | os.PathLike[str] | None = None) -> CaptureResult:
     """Decode every Kafka frame in a capture.
 
     A connection is Kafka when one end uses one of ``ports`` (that end is the broker), or,
@@ -1016,7 +1023,7 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
     stats.update(tcp_connections=len(conns), kafka_connections=0, auto_detected=0, requests=0,
                  responses=0, undecoded=0, gaps=0, undecoded_bytes=0, tls_connections=0, ports=sorted(ports),
                  auto_detect=auto_detect)
-    others: dict = {}
+    others: dict[int, int] = {}  # port -> connections with data
     found: list[KafkaConnection] = []
     index = 0
     for conn in conns:
