@@ -173,7 +173,7 @@ class Segment:
     ts: float
     seq: int
     flags: int
-    payload: bytes  # or a memoryview of the mapped capture file
+    payload: bytes | memoryview  # a memoryview of the mapped capture file, when it is mapped
     lost: int = 0
 
     @property
@@ -222,21 +222,22 @@ class Connection:
 
 
 def _link_decoder(linktype: int) -> Callable[[bytes], object] | None:
+    decoder: Callable[[bytes], object] | None = None  # a dpkt packet class (dpkt is untyped)
     if linktype == _LINK_ETHERNET:
-        return dpkt.ethernet.Ethernet
-    if linktype == _LINK_SLL:
-        return dpkt.sll.SLL
-    if linktype == _LINK_SLL2:
-        return dpkt.sll2.SLL2
-    if linktype in (_LINK_NULL, _LINK_LOOP):
-        return dpkt.loopback.Loopback
-    if linktype in _LINK_RAW:
+        decoder = dpkt.ethernet.Ethernet
+    elif linktype == _LINK_SLL:
+        decoder = dpkt.sll.SLL
+    elif linktype == _LINK_SLL2:
+        decoder = dpkt.sll2.SLL2
+    elif linktype in (_LINK_NULL, _LINK_LOOP):
+        decoder = dpkt.loopback.Loopback
+    elif linktype in _LINK_RAW:
         def raw_ip(buf: bytes) -> Any:  # a dpkt packet
             if buf and buf[0] >> 4 == 6:
                 return dpkt.ip6.IP6(buf)
             return dpkt.ip.IP(buf)
-        return raw_ip
-    return None
+        decoder = raw_ip
+    return decoder
 
 
 def _find_ip(pkt: object) -> Any:  # a dpkt IP or IP6 packet (dpkt is untyped), or None
@@ -575,7 +576,7 @@ class Piece:
 
     kind: str
     offset: int
-    data: bytes  # a frame's: a memoryview of the stream's bytes
+    data: bytes | memoryview  # a frame's: a memoryview of the stream's bytes
     size: int | None = None  # the frame's size field
     reason: str | None = None
     header: bytes | None = None  # a damaged frame's first 8 payload bytes when captured
@@ -603,6 +604,7 @@ def _confirm(stream: Stream, nxt: int, need: int, check_next: Callable[[int], bo
 def _request_header_ok(data: bytes, q: int) -> int | None:
     """The frame size when a sane request header starts at ``q``: size, a known api key at a
     version kwire declares, a non-negative correlation id, a client id that fits."""
+    size: int
     size, key, version, corr, cid_len = _REQ_HDR.unpack_from(data, q)
     if not MIN_REQUEST_BYTES <= size <= MAX_FRAME_BYTES or corr < 0 or not -1 <= cid_len <= size - 10:
         return None
@@ -628,7 +630,8 @@ def response_start(expected: Callable[[], set[int]]) -> Plausible:
     the connection's unanswered requests carries, confirmed by a sane next size."""
 
     def next_ok(data: bytes, n: int) -> bool:
-        return MIN_RESPONSE_BYTES <= _I32.unpack_from(data, n)[0] <= MAX_FRAME_BYTES
+        size: int = _I32.unpack_from(data, n)[0]
+        return MIN_RESPONSE_BYTES <= size <= MAX_FRAME_BYTES
 
     def check(stream: Stream, q: int) -> int:
         data = stream.data
@@ -784,7 +787,7 @@ def _two_requests_within(s: Stream, limit: int) -> bool:
         """The offset after the request frame at ``q`` when it decodes, else None."""
         if q + 4 > s.end:
             return None
-        end = q + 4 + _I32.unpack_from(s.data, q)[0]
+        end: int = q + 4 + _I32.unpack_from(s.data, q)[0]
         if end > s.end or s.first_hole(q, end) is not None:
             return None
         try:
@@ -801,7 +804,7 @@ def _two_requests_within(s: Stream, limit: int) -> bool:
     return False
 
 
-def decode_request_item(payload: bytes, size: int, **where: Any) -> tuple[Item, bool]:
+def decode_request_item(payload: bytes | memoryview, size: int, **where: Any) -> tuple[Item, bool]:
     """One whole request frame (``payload``: after its size prefix) as an Item, and whether a
     response will follow (not for Produce with acks=0).  ``where``: ts, packet, offset, client,
     broker, connection.  A frame that does not decode becomes an ``undecoded`` item with its
@@ -826,7 +829,7 @@ def decode_request_item(payload: bytes, size: int, **where: Any) -> tuple[Item, 
     return it, not (rf.api.key == 0 and rf.body.get("acks") == 0)  # acks=0: the broker sends nothing
 
 
-def decode_response_item(payload: bytes, size: int, req: Item | None, **where: Any) -> Item:
+def decode_response_item(payload: bytes | memoryview, size: int, req: Item | None, **where: Any) -> Item:
     """One whole response frame as an Item, decoded as the answer to ``req`` (the request item
     with its correlation id, or None when the capture has none) and paired with it."""
     corr = P.peek_correlation_id(payload)
