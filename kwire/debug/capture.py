@@ -54,7 +54,7 @@ from .tls import (
 )
 
 try:
-    import dpkt
+    import dpkt as dpkt  # an explicit re-export: live.py uses the same (optional) module
 except ImportError:  # pragma: no cover - exercised only without the extra installed
     dpkt = None
 
@@ -254,7 +254,7 @@ _IP4_HDR = struct.Struct(">BxHxxHxB2x4s4s")  # version/IHL, total length, flags/
 _TCP_HDR = struct.Struct(">HHI4xH")  # ports, sequence number, data offset and flags
 
 
-def _ipv4_at(linktype: int) -> Callable[[bytes], int] | None:
+def _ipv4_at(linktype: int) -> Callable[[bytes | memoryview], int] | None:
     """For link types whose IPv4 packets the fast path reads: buf -> offset of the IPv4
     header, or -1 (anything else: read by dpkt)."""
     if linktype == _LINK_ETHERNET:
@@ -523,7 +523,7 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         placed.append((rel, s.index, s))
     shift = 0 if isn is not None else -min(r for r, _, _ in placed)
     placed.sort(key=lambda p: (p[0], p[1]))
-    chunks: list[bytes] = []  # joined once at the end: a capture's bytes are copied once here
+    chunks: list[bytes | memoryview] = []  # joined once at the end: a capture's bytes are copied once here
     cursor = 0  # the length of the chunks so far
     holes: list[tuple[int, int]] = []
     times: list[tuple[int, float, int]] = []  # (stream offset, ts, packet) where each segment's bytes start

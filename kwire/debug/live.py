@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ..protocol import api as P
 from . import capture as C
 from .names import api_name
 from .partial import partial_request, partial_response
@@ -318,7 +319,7 @@ class LiveDecoder:
                             it.correlation_id, it.api, it.api_key, it.version = corr, req.api, req.api_key, req.version
                             it.request, req.response = req, it
                             if (req.api_key is not None and req.version is not None  # a request's header has both
-                                    and C.P.APIS.get(req.api_key) is not None):
+                                    and P.APIS.get(req.api_key) is not None):
                                 it.partial = partial_response(req.api_key, req.version, buf[4:])
                     if it.partial is not None:
                         it.partial.note = "the capture ends inside the frame"
