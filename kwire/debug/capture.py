@@ -27,30 +27,34 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import io
 import mmap
 import os
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import IO, Any
 
 from ..errors import KwireError
 from ..protocol import api as P
 from .names import api_name
-from .partial import partial_request, partial_response
+from .partial import Partial, partial_request, partial_response
 from .tls import (
     CANNOT_DECRYPT,
     NO_KEYS,
+    Decrypted,
     TlsKeylogError,
+    TlsSummary,
     decrypt_with_tshark,
     find_tls,
     summarise_tls,
 )
 
 try:
-    import dpkt
+    import dpkt as dpkt  # an explicit re-export: live.py uses the same (optional) module
 except ImportError:  # pragma: no cover - exercised only without the extra installed
     dpkt = None
 
@@ -105,20 +109,20 @@ class Item:
     client_id: str | None = None
     size_bytes: int | None = None
     rtt_ms: float | None = None
-    body: dict | None = None
+    body: dict[str, Any] | None = None
     reason: str | None = None
     data: bytes | None = None
     offset: int | None = None
     connection: int | None = None
     problem: bool = False
     packet: int | None = None  # the packet (numbered from 1, as Wireshark does) that completed it
-    partial: object | None = None  # a kwire.debug.partial.Partial for a frame that did not decode
+    partial: Partial | None = None  # for a frame that did not decode
     # A response's request and a request's response (undecoded frames whose header was read
     # are paired too): filters select pairs, --summary names a response's client.
     request: Item | None = field(default=None, repr=False, compare=False)
     response: Item | None = field(default=None, repr=False, compare=False)
 
-    def to_event(self) -> dict:
+    def to_event(self) -> dict[str, Any]:
         """The dict render.py takes (the same shape as a live trace event after trace.py)."""
         client_id = self.client_id
         if client_id is None and self.request is not None:
@@ -147,7 +151,7 @@ class KafkaConnection:
 @dataclass
 class CaptureResult:
     items: list[Item]
-    stats: dict
+    stats: dict[str, Any]
     connections: list[KafkaConnection] = field(default_factory=list)
 
     @property
@@ -169,7 +173,7 @@ class Segment:
     ts: float
     seq: int
     flags: int
-    payload: bytes  # or a memoryview of the mapped capture file
+    payload: bytes | memoryview  # a memoryview of the mapped capture file, when it is mapped
     lost: int = 0
 
     @property
@@ -181,7 +185,7 @@ class Segment:
         return bool(self.flags & 0x05)
 
 
-Endpoint = tuple  # (ip text, port)
+Endpoint = tuple[str, int]  # (ip text, port)
 
 
 def endpoint_text(ep: Endpoint) -> str:
@@ -195,9 +199,9 @@ class Connection:
 
     a: Endpoint  # source of the first packet seen
     b: Endpoint
-    segments: dict = field(default_factory=dict)  # Endpoint -> list[Segment]
-    isn: dict = field(default_factory=dict)  # Endpoint -> initial sequence number (SYN seen)
-    closed: set = field(default_factory=set)  # endpoints that sent FIN or RST
+    segments: dict[Endpoint, list[Segment]] = field(default_factory=dict)
+    isn: dict[Endpoint, int] = field(default_factory=dict)  # initial sequence number (SYN seen)
+    closed: set[Endpoint] = field(default_factory=set)  # endpoints that sent FIN or RST
     syn_from: Endpoint | None = None  # the side that opened the connection
     first_ts: float = 0.0
     has_data: bool = False
@@ -218,24 +222,25 @@ class Connection:
 
 
 def _link_decoder(linktype: int) -> Callable[[bytes], object] | None:
+    decoder: Callable[[bytes], object] | None = None  # a dpkt packet class (dpkt is untyped)
     if linktype == _LINK_ETHERNET:
-        return dpkt.ethernet.Ethernet
-    if linktype == _LINK_SLL:
-        return dpkt.sll.SLL
-    if linktype == _LINK_SLL2:
-        return dpkt.sll2.SLL2
-    if linktype in (_LINK_NULL, _LINK_LOOP):
-        return dpkt.loopback.Loopback
-    if linktype in _LINK_RAW:
-        def raw_ip(buf: bytes):
+        decoder = dpkt.ethernet.Ethernet
+    elif linktype == _LINK_SLL:
+        decoder = dpkt.sll.SLL
+    elif linktype == _LINK_SLL2:
+        decoder = dpkt.sll2.SLL2
+    elif linktype in (_LINK_NULL, _LINK_LOOP):
+        decoder = dpkt.loopback.Loopback
+    elif linktype in _LINK_RAW:
+        def raw_ip(buf: bytes) -> Any:  # a dpkt packet
             if buf and buf[0] >> 4 == 6:
                 return dpkt.ip6.IP6(buf)
             return dpkt.ip.IP(buf)
-        return raw_ip
-    return None
+        decoder = raw_ip
+    return decoder
 
 
-def _find_ip(pkt):
+def _find_ip(pkt: object) -> Any:  # a dpkt IP or IP6 packet (dpkt is untyped), or None
     for _ in range(4):  # link header -> (VLAN, loopback-in-Ethernet...) -> IP
         if isinstance(pkt, (dpkt.ip.IP, dpkt.ip6.IP6)):
             return pkt
@@ -249,7 +254,7 @@ _IP4_HDR = struct.Struct(">BxHxxHxB2x4s4s")  # version/IHL, total length, flags/
 _TCP_HDR = struct.Struct(">HHI4xH")  # ports, sequence number, data offset and flags
 
 
-def _ipv4_at(linktype: int) -> Callable[[bytes], int] | None:
+def _ipv4_at(linktype: int) -> Callable[[bytes | memoryview], int] | None:
     """For link types whose IPv4 packets the fast path reads: buf -> offset of the IPv4
     header, or -1 (anything else: read by dpkt)."""
     if linktype == _LINK_ETHERNET:
@@ -259,7 +264,7 @@ def _ipv4_at(linktype: int) -> Callable[[bytes], int] | None:
     return None
 
 
-def _fast_ipv4_tcp(buf: bytes, at: int):
+def _fast_ipv4_tcp(buf: bytes | memoryview, at: int) -> tuple[str, str, int, int, int, int, bytes | memoryview, int] | None:
     """An IPv4 TCP packet read as dpkt reads it, without dpkt's copies per layer: (src ip, dst
     ip, sport, dport, seq, flags, payload, lost), or None where dpkt must decide (fragments,
     short headers, not TCP, not version 4)."""
@@ -287,7 +292,7 @@ def _fast_ipv4_tcp(buf: bytes, at: int):
 _PCAP_MICRO = {b"\xa1\xb2\xc3\xd4": ">", b"\xd4\xc3\xb2\xa1": "<"}  # classic pcap, microseconds
 
 
-def _mapped_pcap(f):
+def _mapped_pcap(f: IO[bytes]) -> tuple[int, Iterator[tuple[float, memoryview]]] | None:
     """A classic pcap file (microsecond timestamps) mapped into memory: (link type, iterator of
     (ts, packet bytes as a memoryview of the mapping)), so packets are not copied out of the
     file one by one; None for anything else (pcapng, nanosecond pcap, an empty or unmappable
@@ -304,7 +309,7 @@ def _mapped_pcap(f):
     linktype = struct.unpack_from(order + "I", mm, 20)[0]
     rec = struct.Struct(order + "III")  # seconds, microseconds, captured length
 
-    def packets():
+    def packets() -> Iterator[tuple[float, memoryview]]:
         view = memoryview(mm)
         n, pos = len(mm), 24
         while pos < n:
@@ -317,7 +322,7 @@ def _mapped_pcap(f):
     return linktype, packets()
 
 
-def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
+def read_segments(path: str | os.PathLike[str] | IO[bytes]) -> tuple[list[Connection], dict[str, Any], list[Item]]:
     """Every TCP connection in a capture (a path, or a binary file object), with its segments
     in capture order.
 
@@ -325,9 +330,9 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     """
     if dpkt is None:
         raise CaptureError("reading captures needs dpkt: pip install 'kwire[debug]' (or pip install dpkt)")
-    stats = {"packets": 0, "tcp_packets": 0, "other_packets": 0, "unreadable_packets": 0}
+    stats: dict[str, Any] = {"packets": 0, "tcp_packets": 0, "other_packets": 0, "unreadable_packets": 0}
     notes: list[Item] = []
-    by_key: dict = {}
+    by_key: dict[tuple[Endpoint, Endpoint], Connection] = {}
     done: list[Connection] = []
     name = "stdin" if hasattr(path, "read") else os.fspath(path)
     with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as f:
@@ -367,9 +372,10 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
                 seg = Segment(index, float(ts), seq, flags, payload, lost)
                 s_ep, d_ep = (src, sport), (dst, dport)
             else:
-                seg, s_ep, d_ep = _slow_segment(buf, ts, index, decode_link, stats, notes)
-                if seg is None:
+                slow = _slow_segment(buf, ts, index, decode_link, stats, notes)
+                if slow is None:
                     continue
+                seg, s_ep, d_ep = slow
             key = (s_ep, d_ep) if s_ep <= d_ep else (d_ep, s_ep)
             conn = by_key.get(key)
             if conn is not None and seg.syn and not seg.flags & 0x10 and (
@@ -390,8 +396,10 @@ def read_segments(path) -> tuple[list[Connection], dict, list[Item]]:
     return conns, stats, notes
 
 
-def _slow_segment(buf, ts, index, decode_link, stats, notes):
-    """One packet through dpkt: (Segment, source, destination), or (None, None, None) for a
+def _slow_segment(buf: bytes | memoryview, ts: float, index: int, decode_link: Callable[[bytes], object],
+                  stats: dict[str, Any], notes: list[Item]
+                  ) -> tuple[Segment, Endpoint, Endpoint] | None:
+    """One packet through dpkt: (Segment, source, destination), or None for a
     packet that is not TCP (counted in ``stats``, noted in ``notes`` when unreadable)."""
     try:
         ip = _find_ip(decode_link(bytes(buf)))
@@ -399,17 +407,17 @@ def _slow_segment(buf, ts, index, decode_link, stats, notes):
         ip = None
     if ip is None:
         stats["other_packets"] += 1
-        return None, None, None
+        return None
     tcp = ip.data
     if ip.p != 6:
         stats["other_packets"] += 1
-        return None, None, None
+        return None
     if not isinstance(tcp, dpkt.tcp.TCP):
         stats["unreadable_packets"] += 1
         notes.append(Item("note", ts=float(ts), problem=True, reason=(
             f"packet {index} is too short (or fragmented) to read its TCP header; "
             "its bytes are missing from its stream")))
-        return None, None, None
+        return None
     stats["tcp_packets"] += 1
     if isinstance(ip, dpkt.ip.IP):
         src, dst = socket.inet_ntop(socket.AF_INET, ip.src), socket.inet_ntop(socket.AF_INET, ip.dst)
@@ -433,8 +441,9 @@ class Stream:
     the first byte captured when the capture started mid-connection (``mid_start``).
     """
 
-    def __init__(self, data: bytes, holes: list, times: list, *, mid_start: bool, closed: bool,
-                 duplicate_bytes: int = 0, lost_segments: list | None = None):
+    def __init__(self, data: bytes, holes: list[tuple[int, int]], times: list[tuple[int, float, int]], *,
+                 mid_start: bool, closed: bool, duplicate_bytes: int = 0,
+                 lost_segments: list[tuple[int, int, int]] | None = None):
         self.data = data if type(data) is bytes else bytes(data)
         self.holes = holes
         self._time_offsets = [t[0] for t in times]
@@ -514,10 +523,10 @@ def reassemble(segments: list[Segment], isn: int | None, *, closed: bool = False
         placed.append((rel, s.index, s))
     shift = 0 if isn is not None else -min(r for r, _, _ in placed)
     placed.sort(key=lambda p: (p[0], p[1]))
-    chunks: list[bytes] = []  # joined once at the end: a capture's bytes are copied once here
+    chunks: list[bytes | memoryview] = []  # joined once at the end: a capture's bytes are copied once here
     cursor = 0  # the length of the chunks so far
     holes: list[tuple[int, int]] = []
-    times: list[tuple[int, float]] = []
+    times: list[tuple[int, float, int]] = []  # (stream offset, ts, packet) where each segment's bytes start
     declared = 0
     duplicates = 0
     lost_segments = []
@@ -567,7 +576,7 @@ class Piece:
 
     kind: str
     offset: int
-    data: bytes  # a frame's: a memoryview of the stream's bytes
+    data: bytes | memoryview  # a frame's: a memoryview of the stream's bytes
     size: int | None = None  # the frame's size field
     reason: str | None = None
     header: bytes | None = None  # a damaged frame's first 8 payload bytes when captured
@@ -595,6 +604,7 @@ def _confirm(stream: Stream, nxt: int, need: int, check_next: Callable[[int], bo
 def _request_header_ok(data: bytes, q: int) -> int | None:
     """The frame size when a sane request header starts at ``q``: size, a known api key at a
     version kwire declares, a non-negative correlation id, a client id that fits."""
+    size: int
     size, key, version, corr, cid_len = _REQ_HDR.unpack_from(data, q)
     if not MIN_REQUEST_BYTES <= size <= MAX_FRAME_BYTES or corr < 0 or not -1 <= cid_len <= size - 10:
         return None
@@ -615,12 +625,13 @@ def request_start(stream: Stream, q: int) -> int:
     return _confirm(stream, q + 4 + size, _REQ_HDR.size, lambda n: _request_header_ok(data, n) is not None)
 
 
-def response_start(expected: Callable[[], set]) -> Plausible:
+def response_start(expected: Callable[[], set[int]]) -> Plausible:
     """How plausibly a response starts at ``q``: a sane size and a correlation id that one of
     the connection's unanswered requests carries, confirmed by a sane next size."""
 
     def next_ok(data: bytes, n: int) -> bool:
-        return MIN_RESPONSE_BYTES <= _I32.unpack_from(data, n)[0] <= MAX_FRAME_BYTES
+        size: int = _I32.unpack_from(data, n)[0]
+        return MIN_RESPONSE_BYTES <= size <= MAX_FRAME_BYTES
 
     def check(stream: Stream, q: int) -> int:
         data = stream.data
@@ -741,11 +752,11 @@ def _describe_error(exc: Exception) -> str:
     return f"{text} (decoder position {pos})"
 
 
-def _is_kafka_port(ep: Endpoint, ports: set) -> bool:
+def _is_kafka_port(ep: Endpoint, ports: Container[int]) -> bool:
     return ep[1] in ports
 
 
-def _pick_broker(conn: Connection, streams: dict, ports: set, auto: bool) -> tuple[Endpoint | None, str]:
+def _pick_broker(conn: Connection, streams: dict[Endpoint, Stream], ports: Container[int], auto: bool) -> tuple[Endpoint | None, str]:
     a_in, b_in = _is_kafka_port(conn.a, ports), _is_kafka_port(conn.b, ports)
     if a_in and b_in:
         if conn.syn_from is not None:
@@ -776,7 +787,7 @@ def _two_requests_within(s: Stream, limit: int) -> bool:
         """The offset after the request frame at ``q`` when it decodes, else None."""
         if q + 4 > s.end:
             return None
-        end = q + 4 + _I32.unpack_from(s.data, q)[0]
+        end: int = q + 4 + _I32.unpack_from(s.data, q)[0]
         if end > s.end or s.first_hole(q, end) is not None:
             return None
         try:
@@ -793,7 +804,7 @@ def _two_requests_within(s: Stream, limit: int) -> bool:
     return False
 
 
-def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]:
+def decode_request_item(payload: bytes | memoryview, size: int, **where: Any) -> tuple[Item, bool]:
     """One whole request frame (``payload``: after its size prefix) as an Item, and whether a
     response will follow (not for Produce with acks=0).  ``where``: ts, packet, offset, client,
     broker, connection.  A frame that does not decode becomes an ``undecoded`` item with its
@@ -818,7 +829,7 @@ def decode_request_item(payload: bytes, size: int, **where) -> tuple[Item, bool]
     return it, not (rf.api.key == 0 and rf.body.get("acks") == 0)  # acks=0: the broker sends nothing
 
 
-def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -> Item:
+def decode_response_item(payload: bytes | memoryview, size: int, req: Item | None, **where: Any) -> Item:
     """One whole response frame as an Item, decoded as the answer to ``req`` (the request item
     with its correlation id, or None when the capture has none) and paired with it."""
     corr = P.peek_correlation_id(payload)
@@ -854,9 +865,9 @@ def decode_response_item(payload: bytes, size: int, req: Item | None, **where) -
     return it
 
 
-def _tls_summaries(up: Stream, down: Stream) -> list:
+def _tls_summaries(up: Stream, down: Stream) -> list[tuple[Stream, bool, TlsSummary]]:
     """(direction's stream, to_broker, TlsSummary) of the directions that carry TLS."""
-    out = []
+    out: list[tuple[Stream, bool, TlsSummary]] = []
     for stream, to_broker in ((up, True), (down, False)):
         start = find_tls(stream.data, mid_start=stream.mid_start)
         if start is not None:
@@ -864,17 +875,18 @@ def _tls_summaries(up: Stream, down: Stream) -> list:
     return out
 
 
-def _plaintext_stream(chunks: list | None) -> Stream:
+def _plaintext_stream(chunks: list[tuple[int, float, bytes]] | None) -> Stream:
     """A direction's decrypted bytes (from tshark: (packet, ts, data) in order) as a Stream."""
-    data, times = bytearray(), []
+    data = bytearray()
+    times: list[tuple[int, float, int]] = []
     for packet, ts, chunk in chunks or ():
         times.append((len(data), ts, packet))
         data += chunk
     return Stream(bytes(data), [], times, mid_start=False, closed=False)
 
 
-def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict,
-                       plaintext: dict | None = None) -> list[Item]:
+def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: dict[Endpoint, Stream],
+                       plaintext: Decrypted | None = None) -> list[Item]:
     """``plaintext``: tshark's decryption of the capture's TLS connections (--tls-keylog)."""
     client = conn.other(broker)
     ctext, btext = endpoint_text(client), endpoint_text(broker)
@@ -882,7 +894,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     up, down = streams.get(client, empty), streams.get(broker, empty)
     items: list[Item] = []
 
-    def item(kind: str, to_broker: bool, **kw) -> Item:
+    def item(kind: str, to_broker: bool, **kw: Any) -> Item:
         it = Item(kind, client=ctext, broker=btext, to_broker=to_broker, connection=index, **kw)
         items.append(it)
         return it
@@ -916,7 +928,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                  reason=f"capture lost {he - hs} bytes at stream offset {hs} ({arrow[to_broker]})"
                         + (f"; {'; '.join(short[:3])}" if short else ""))
 
-    def damaged_partial(piece: Piece, decode) -> object | None:
+    def damaged_partial(piece: Piece, decode: Callable[[bytes], Partial]) -> Partial | None:
         """A cut frame: decode its first run of captured bytes as far as they go."""
         if piece.header is None:
             return None
@@ -953,7 +965,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         if expect:
             pending.setdefault(it.correlation_id, deque()).append(it)
 
-    def unanswered() -> set:
+    def unanswered() -> set[int]:
         return {c for c, q in pending.items() if q}
 
     def pair(resp: Item, req: Item) -> None:
@@ -977,7 +989,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                     pair(it, req)
                     if P.APIS.get(req.api_key) is not None:
                         it.partial = damaged_partial(
-                            piece, lambda payload, req=req: partial_response(req.api_key, req.version, payload))
+                            piece, functools.partial(partial_response, req.api_key, req.version))
             continue
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)
@@ -993,8 +1005,8 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     return items
 
 
-def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detect: bool = True,
-                   tls_keylog: str | os.PathLike | None = None) -> CaptureResult:
+def decode_capture(path: str | os.PathLike[str], *, ports: Iterable[int] = (DEFAULT_PORT,), auto_detect: bool = True,
+                   tls_keylog: str | os.PathLike[str] | None = None) -> CaptureResult:
     """Decode every Kafka frame in a capture.
 
     A connection is Kafka when one end uses one of ``ports`` (that end is the broker), or,
@@ -1014,7 +1026,7 @@ def decode_capture(path: str | os.PathLike, *, ports=(DEFAULT_PORT,), auto_detec
     stats.update(tcp_connections=len(conns), kafka_connections=0, auto_detected=0, requests=0,
                  responses=0, undecoded=0, gaps=0, undecoded_bytes=0, tls_connections=0, ports=sorted(ports),
                  auto_detect=auto_detect)
-    others: dict = {}
+    others: dict[int, int] = {}  # port -> connections with data
     found: list[KafkaConnection] = []
     index = 0
     for conn in conns:

@@ -16,11 +16,19 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Iterable
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from ..errors import KwireError
 from ..protocol import api as P
 from .partial import partial_request, partial_response
 from .render import FORMATS, RECORD_MODES, Renderer
+
+if TYPE_CHECKING:
+    from .capture import Item
+    from .partial import Partial
+    from .select import Filters
+    from .stats import TopicNames
 
 EXIT_OK, EXIT_UNDECODED, EXIT_USAGE = 0, 1, 2
 
@@ -97,7 +105,7 @@ def _usage(msg: str) -> int:
     return EXIT_USAGE
 
 
-def run(args: argparse.Namespace, stdout=None) -> int:
+def run(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     try:
         return _run(args, stdout if stdout is not None else sys.stdout)
     except BrokenPipeError:  # `kwire decode x.pcap | head`: the reader left; stop quietly
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace, stdout=None) -> int:
 _FILTER_ARGS = ("corr", "client_id", "broker", "group", "topic", "errors")
 
 
-def _run(args: argparse.Namespace, out) -> int:
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     color = {"auto": None, "always": True, "never": False}[args.color]
     renderer = Renderer(args.format, args.records, stream=out, color=color, summary=args.summary)
     if sum(bool(x) for x in (args.capture, args.hex, args.interface)) > 1:
@@ -137,11 +145,13 @@ def _run(args: argparse.Namespace, out) -> int:
     return _usage("give a capture file (.pcap/.pcapng), -i IFACE or --hex HEX; see kwire decode --help")
 
 
-def _decode_hex_frame(frame: bytes, args, api):
+def _decode_hex_frame(frame: bytes, args: argparse.Namespace, api: P.Api | None
+                      ) -> tuple[bytes, P.RequestFrame | P.ResponseFrame]:
     """The frame decoded, with or without a size prefix.  A size prefix that does not match
-    the length is an error, not a hint to decode the bytes as some other frame."""
-    def decode(payload):
-        if args.response:
+    the length is an error, not a hint to decode the bytes as some other frame.  ``api``: the
+    API of a --response frame (None for a request)."""
+    def decode(payload: bytes) -> P.RequestFrame | P.ResponseFrame:
+        if api is not None:
             return P.decode_response(api, args.version, payload, size_prefix=False)
         return P.decode_request(payload, size_prefix=False)
 
@@ -178,7 +188,7 @@ class _SizeMismatch(Exception):
     pass
 
 
-def _run_hex(args, renderer: Renderer) -> int:
+def _run_hex(args: argparse.Namespace, renderer: Renderer) -> int:
     if args.port or not args.auto:
         return _usage("--port/--no-auto go with a capture file")
     text = "".join(args.hex.split())
@@ -188,14 +198,15 @@ def _run_hex(args, renderer: Renderer) -> int:
         frame = binascii.unhexlify(text)
     except (binascii.Error, ValueError) as exc:
         return _usage(f"--hex is not valid hex: {exc}")
-    api = None
+    api: P.Api | None = None  # a --response frame's API and version
+    version: int | None = None
     if args.response:
         if not args.api or args.version is None:
             return _usage("--response needs --api and --version")
         if len(args.api) > 1 or "," in args.api[0]:
             return _usage("--response takes one --api")
         try:
-            args.version = int(args.version)
+            version = args.version = int(args.version)
         except ValueError:
             return _usage(f"--version {args.version!r}: give the response's version, a number")
         name = args.api[0]
@@ -205,17 +216,15 @@ def _run_hex(args, renderer: Renderer) -> int:
             return _usage(str(exc))
     elif args.api is not None or args.version is not None:
         return _usage("--api/--version describe a --response frame (a request names its own)")
-    event = {"kind": "request" if not args.response else "response", "ts": None,
+    event: dict[str, Any] = {"kind": "request" if not args.response else "response", "ts": None,
              "to_broker": not args.response}
     try:
         payload, rf = _decode_hex_frame(frame, args, api)
         event["size_bytes"] = len(payload) + 4
-        if args.response:
-            event.update(api=rf.api.name, api_key=rf.api.key, version=rf.version,
-                         correlation_id=rf.correlation_id, body=rf.body)
-        else:
-            event.update(api=rf.api.name, api_key=rf.api.key, version=rf.version,
-                         correlation_id=rf.correlation_id, client_id=rf.client_id, body=rf.body)
+        event.update(api=rf.api.name, api_key=rf.api.key, version=rf.version, correlation_id=rf.correlation_id)
+        if isinstance(rf, P.RequestFrame):
+            event["client_id"] = rf.client_id
+        event["body"] = rf.body
     except _SizeMismatch as exc:
         return _usage(str(exc))
     except KwireError as exc:
@@ -228,12 +237,14 @@ def _run_hex(args, renderer: Renderer) -> int:
         prefixed = frame if len(frame) >= 4 and struct.unpack_from(">i", frame, 0)[0] == len(frame) - 4 \
             else struct.pack(">i", len(frame)) + frame
         payload = prefixed[4:]
-        part = (partial_response(api, args.version, payload) if args.response and
-                api.decodes(args.version) else
-                None if args.response else partial_request(payload))
+        part: Partial | None
+        if api is not None and version is not None:  # a --response frame (both are set)
+            part = partial_response(api, version, payload) if api.decodes(version) else None
+        else:
+            part = partial_request(payload)
         if part is not None and part.reason:  # the same failure, its position counted in the frame
             reason = f"{'response' if args.response else 'request'} cannot be decoded: {part.reason}"
-        ev = {"kind": "undecoded", "ts": None, "to_broker": not args.response, "data": prefixed,
+        ev: dict[str, Any] = {"kind": "undecoded", "ts": None, "to_broker": not args.response, "data": prefixed,
               "size_bytes": len(prefixed), "reason": reason, "partial": part}
         if part is not None:
             ev.update(api=part.header.get("api") or (api.name if api else None),
@@ -246,7 +257,7 @@ def _run_hex(args, renderer: Renderer) -> int:
     return EXIT_UNDECODED if renderer.problems else EXIT_OK
 
 
-def _filters(args):
+def _filters(args: argparse.Namespace) -> Filters:
     from .select import Filters, parse_int_set
 
     return Filters(apis=args.api or [], versions=parse_int_set(args.version, "--version") if args.version else None,
@@ -264,16 +275,16 @@ def _captures_in(directory: str) -> list[str]:
                   if n.lower().endswith(CAPTURE_SUFFIXES) and os.path.isfile(os.path.join(directory, n)))
 
 
-def _open_capture(path: str):
-    """The capture's path, or a usage message when it cannot be read."""
+def _capture_problem(path: str) -> str | None:
+    """A usage message when the capture cannot be read."""
     if not os.path.exists(path):
-        return None, f"{path}: no such file"
+        return f"{path}: no such file"
     if not os.access(path, os.R_OK):
-        return None, f"{path}: not readable (permission denied)"
-    return path, None
+        return f"{path}: not readable (permission denied)"
+    return None
 
 
-def _run_capture(args, renderer: Renderer) -> int:
+def _run_capture(args: argparse.Namespace, renderer: Renderer) -> int:
     """One capture file; or a directory: each capture file in it (by name), one after the
     other, each decoded on its own (connections do not carry over between files).  Text output
     heads each file's part with ``== FILE ==``; JSON events and stats carry ``"file"``."""
@@ -294,7 +305,7 @@ def _run_capture(args, renderer: Renderer) -> int:
     return worst
 
 
-def _run_capture_file(args, renderer: Renderer, label: str | None) -> int:
+def _run_capture_file(args: argparse.Namespace, renderer: Renderer, label: str | None) -> int:
     from .capture import CaptureError, decode_capture
     from .select import topic_names_from
 
@@ -302,12 +313,12 @@ def _run_capture_file(args, renderer: Renderer, label: str | None) -> int:
         filters = _filters(args)
     except ValueError as exc:
         return _usage(str(exc))
-    source, problem = _open_capture(args.capture)
+    problem = _capture_problem(args.capture)
     if problem:
         return _usage(problem)
     ports = args.port or [9092]
     try:
-        result = decode_capture(source, ports=ports, auto_detect=args.auto, tls_keylog=args.tls_keylog)
+        result = decode_capture(args.capture, ports=ports, auto_detect=args.auto, tls_keylog=args.tls_keylog)
     except CaptureError as exc:
         print(f"kwire decode: {exc}", file=sys.stderr)
         return EXIT_UNDECODED
@@ -353,7 +364,7 @@ def _run_capture_file(args, renderer: Renderer, label: str | None) -> int:
     return EXIT_UNDECODED if problems else EXIT_OK
 
 
-def _summary_text(s: dict, renderer: Renderer, matched: int | None) -> str:
+def _summary_text(s: dict[str, int], renderer: Renderer, matched: int | None) -> str:
     text = (f"{s['requests']} requests, {s['responses']} responses on {s['kafka_connections']} "
             f"Kafka connection(s) ({s['auto_detected']} auto-detected) in {s['packets']} packets; "
             f"{s['undecoded']} undecodable piece(s) ({s['undecoded_bytes']} bytes), {s['gaps']} gap(s)")
@@ -366,7 +377,7 @@ def _summary_text(s: dict, renderer: Renderer, matched: int | None) -> str:
     return text
 
 
-def _finish(args, renderer: Renderer, text: str) -> None:
+def _finish(args: argparse.Namespace, renderer: Renderer, text: str) -> None:
     if args.format == "text" and not args.stats:
         renderer.stream.write(f"-- {text}\n")
     else:
@@ -374,7 +385,7 @@ def _finish(args, renderer: Renderer, text: str) -> None:
     renderer.flush()
 
 
-def _tcpdump(args) -> subprocess.Popen:
+def _tcpdump(args: argparse.Namespace) -> subprocess.Popen[bytes]:
     tcpdump = shutil.which("tcpdump")
     if tcpdump is None:
         raise _UsageError("-i needs tcpdump (apt-get install tcpdump), which is not on PATH")
@@ -384,6 +395,7 @@ def _tcpdump(args) -> subprocess.Popen:
     if os.geteuid() == 0:
         cmd[1:1] = ["-Z", "root"]  # write as root: no privilege drop needed for a pipe
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None  # stderr=PIPE
     line = proc.stderr.readline().decode(errors="replace").strip()
     if "listening on" not in line:
         proc.wait(timeout=10)
@@ -397,7 +409,7 @@ class _UsageError(Exception):
     pass
 
 
-def _run_live(args, renderer: Renderer) -> int:
+def _run_live(args: argparse.Namespace, renderer: Renderer) -> int:
     """-i IFACE (tcpdump's output) or - (stdin): decoded as the packets arrive."""
     from .capture import CaptureError
     from .live import LiveDecoder, packets
@@ -407,22 +419,24 @@ def _run_live(args, renderer: Renderer) -> int:
         filters = _filters(args)
     except ValueError as exc:
         return _usage(str(exc))
-    proc = None
+    proc: subprocess.Popen[bytes] | None = None
+    source: IO[bytes]
     if args.interface:
         try:
             proc = _tcpdump(args)
         except _UsageError as exc:
             return _usage(str(exc))
+        assert proc.stdout is not None  # stdout=PIPE
         source = proc.stdout
     else:
         source = sys.stdin.buffer
     decoder = LiveDecoder(args.port or [9092], auto_detect=args.auto and not args.interface)
     shown = 0
-    kept: list = []
-    topic_names: dict = {}
+    kept: list[Item] = []
+    topic_names: TopicNames = {}
     filters.topic_names = renderer.topic_names = topic_names
 
-    def emit(items) -> bool:
+    def emit(items: Iterable[Item]) -> bool:
         nonlocal shown
         for it in items:
             if it.kind == "response" and it.api_key in (3, 19):

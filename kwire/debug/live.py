@@ -21,9 +21,11 @@ from __future__ import annotations
 import socket
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import IO, Any
 
+from ..protocol import api as P
 from . import capture as C
 from .names import api_name
 from .partial import partial_request, partial_response
@@ -41,7 +43,7 @@ _I32 = struct.Struct(">i")
 class _Direction:
     next_seq: int | None = None  # the sequence number of the next byte expected
     buf: bytearray = field(default_factory=bytearray)
-    early: dict = field(default_factory=dict)  # seq -> (payload, ts, packet) that arrived ahead
+    early: dict[int, tuple[bytes, float, int]] = field(default_factory=dict)  # seq -> (payload, ts, packet) that arrived ahead
     hole_since: float | None = None  # capture time the oldest early segment arrived
     synced: bool = True  # False until a frame boundary is found (mid-connection start, gap)
     ts: float | None = None  # the time and packet of the last byte appended
@@ -51,15 +53,15 @@ class _Direction:
 @dataclass
 class _Conn:
     index: int | None  # set when it is known to be Kafka
-    client: tuple
-    broker: tuple
+    client: C.Endpoint
+    broker: C.Endpoint
     up: _Direction = field(default_factory=_Direction)
     down: _Direction = field(default_factory=_Direction)
-    pending: dict = field(default_factory=dict)  # correlation id -> deque of request items
+    pending: dict[int, deque[C.Item]] = field(default_factory=dict)  # correlation id -> request items
     undecided: bool = False  # auto-detection still waiting for the client's first bytes
 
 
-def packets(fileobj) -> Iterator[tuple[float, bytes, int]]:
+def packets(fileobj: IO[bytes]) -> Iterator[tuple[float, bytes, int]]:
     """(ts, link-layer bytes, link type) of each packet of a pcap/pcapng stream, as it arrives."""
     if C.dpkt is None:
         raise C.CaptureError("reading captures needs dpkt: pip install 'kwire[debug]' (or pip install dpkt)")
@@ -80,17 +82,17 @@ def packets(fileobj) -> Iterator[tuple[float, bytes, int]]:
 class LiveDecoder:
     """Feed packets with :meth:`feed`; each call returns the items it completed."""
 
-    def __init__(self, ports=(C.DEFAULT_PORT,), *, auto_detect: bool = True):
+    def __init__(self, ports: Iterable[int | str] = (C.DEFAULT_PORT,), *, auto_detect: bool = True):
         self.ports = set(int(p) for p in ports)
         self.auto_detect = auto_detect
-        self.conns: dict = {}
+        self.conns: dict[tuple[C.Endpoint, C.Endpoint], _Conn] = {}
         self.count = 0
         self.stats = {"packets": 0, "requests": 0, "responses": 0, "undecoded": 0, "gaps": 0,
                       "kafka_connections": 0, "auto_detected": 0, "undecoded_bytes": 0, "tls_connections": 0}
-        self._link = {}
+        self._link: dict[int, Callable[[bytes], object] | None] = {}
 
     # --- packets -----------------------------------------------------------------------------
-    def feed(self, ts: float, buf: bytes, linktype: int) -> list:
+    def feed(self, ts: float, buf: bytes, linktype: int) -> list[C.Item]:
         dpkt = C.dpkt
         self.stats["packets"] += 1
         index = self.stats["packets"]
@@ -113,19 +115,17 @@ class LiveDecoder:
         syn = bool(tcp.flags & 0x02)
         if conn is None or (syn and not tcp.flags & 0x10 and (conn.up.buf or conn.down.buf or conn.pending)):
             conn = self.conns[key] = self._new_conn(src, dst, syn and not tcp.flags & 0x10)
-        if conn is None:
-            return []
         to_broker = src == conn.client
         d = conn.up if to_broker else conn.down
         if syn:
             d.next_seq = (tcp.seq + 1) & 0xFFFFFFFF
-        out: list = []
+        out: list[C.Item] = []
         payload = bytes(tcp.data)
         if payload:
             self._segment(conn, d, to_broker, tcp.seq, payload, float(ts), index, out)
         return out
 
-    def _new_conn(self, src, dst, opening: bool) -> _Conn | None:
+    def _new_conn(self, src: C.Endpoint, dst: C.Endpoint, opening: bool) -> _Conn:
         if dst[1] in self.ports:
             client, broker = src, dst
         elif src[1] in self.ports:
@@ -140,7 +140,7 @@ class LiveDecoder:
         return _Conn(self.stats["kafka_connections"], client, broker)
 
     def _segment(self, conn: _Conn, d: _Direction, to_broker: bool, seq: int, payload: bytes, ts: float,
-                 index: int, out: list) -> None:
+                 index: int, out: list[C.Item]) -> None:
         if conn.index is None:
             if not conn.undecided or not to_broker:
                 return
@@ -170,8 +170,7 @@ class LiveDecoder:
             waiting = sum(len(p) for p, _, _ in d.early.values())
             if waiting <= HOLE_LIMIT_BYTES and ts - d.hole_since <= HOLE_WAIT_S:
                 return
-            first = min(d.early, key=lambda s: (s - d.next_seq) & 0xFFFFFFFF)
-            lost = (first - d.next_seq) & 0xFFFFFFFF
+            first, lost = self._first_early(d)
             out.append(self._item(conn, "gap", to_broker, ts=ts, packet=index, size_bytes=lost, problem=True,
                                   reason=f"capture lost {lost} bytes ({'client->broker' if to_broker else 'broker->client'})"))
             self.stats["gaps"] += 1
@@ -193,17 +192,27 @@ class LiveDecoder:
 
     @staticmethod
     def _append(d: _Direction, payload: bytes, ts: float, index: int) -> None:
+        assert d.next_seq is not None  # set (from the SYN or the first segment) before bytes are appended
         d.buf += payload
         d.next_seq = (d.next_seq + len(payload)) & 0xFFFFFFFF
         d.ts, d.packet = ts, index
 
+    @staticmethod
+    def _first_early(d: _Direction) -> tuple[int, int]:
+        """The sequence number of the first segment waiting behind the hole, and the hole's size."""
+        expected = d.next_seq
+        assert expected is not None  # segments wait only behind a known next byte
+        first = min(d.early, key=lambda s: (s - expected) & 0xFFFFFFFF)
+        return first, (first - expected) & 0xFFFFFFFF
+
     # --- frames ------------------------------------------------------------------------------
-    def _plausible(self, conn: _Conn, to_broker: bool):
+    def _plausible(self, conn: _Conn, to_broker: bool) -> C.Plausible:
         if to_broker:
             return C.request_start
         return C.response_start(lambda: {c for c, q in conn.pending.items() if q})
 
-    def _junk(self, conn: _Conn, d: _Direction, to_broker: bool, out: list, reason: str, upto: int | None = None):
+    def _junk(self, conn: _Conn, d: _Direction, to_broker: bool, out: list[C.Item], reason: str,
+              upto: int | None = None) -> None:
         upto = len(d.buf) if upto is None else upto
         if upto:
             data = bytes(d.buf[:upto])
@@ -213,7 +222,7 @@ class LiveDecoder:
             out.append(self._item(conn, "undecoded", to_broker, ts=d.ts, packet=d.packet, data=data,
                                   size_bytes=len(data), reason=reason, problem=True))
 
-    def _frames(self, conn: _Conn, d: _Direction, to_broker: bool, out: list) -> None:
+    def _frames(self, conn: _Conn, d: _Direction, to_broker: bool, out: list[C.Item]) -> None:
         min_size = C.MIN_REQUEST_BYTES if to_broker else C.MIN_RESPONSE_BYTES
         while True:
             buf = d.buf
@@ -244,12 +253,12 @@ class LiveDecoder:
             del buf[:4 + size]
             out.append(self._decode(conn, d, to_broker, size, payload))
 
-    def _item(self, conn: _Conn, kind: str, to_broker: bool, **kw) -> C.Item:
+    def _item(self, conn: _Conn, kind: str, to_broker: bool, **kw: Any) -> C.Item:
         return C.Item(kind, client=C.endpoint_text(conn.client), broker=C.endpoint_text(conn.broker),
                       to_broker=to_broker, connection=conn.index, **kw)
 
     def _decode(self, conn: _Conn, d: _Direction, to_broker: bool, size: int, payload: bytes) -> C.Item:
-        common = dict(client=C.endpoint_text(conn.client), broker=C.endpoint_text(conn.broker),
+        common: dict[str, Any] = dict(client=C.endpoint_text(conn.client), broker=C.endpoint_text(conn.broker),
                       connection=conn.index, ts=d.ts, packet=d.packet)
         if to_broker:
             it, expect = C.decode_request_item(payload, size, **common)
@@ -265,16 +274,15 @@ class LiveDecoder:
             self.stats["undecoded_bytes"] += len(it.data or b"")
         return it
 
-    def finish(self) -> list:
+    def finish(self) -> list[C.Item]:
         """At the end of the capture: frames it cut, requests it left unanswered."""
-        out: list = []
+        out: list[C.Item] = []
         for conn in self.conns.values():
             if conn.index is None:
                 continue
             for d, to_broker in ((conn.up, True), (conn.down, False)):
                 if d.early:  # bytes waiting behind a hole the capture never filled
-                    first = min(d.early, key=lambda s: (s - d.next_seq) & 0xFFFFFFFF)
-                    lost = (first - d.next_seq) & 0xFFFFFFFF
+                    first, lost = self._first_early(d)
                     out.append(self._item(conn, "gap", to_broker, ts=d.ts, packet=d.packet, size_bytes=lost,
                                           problem=True, reason=(
                                               f"capture lost {lost} bytes "
@@ -310,7 +318,8 @@ class LiveDecoder:
                             req = q.popleft()
                             it.correlation_id, it.api, it.api_key, it.version = corr, req.api, req.api_key, req.version
                             it.request, req.response = req, it
-                            if C.P.APIS.get(req.api_key) is not None:
+                            if (req.api_key is not None and req.version is not None  # a request's header has both
+                                    and P.APIS.get(req.api_key) is not None):
                                 it.partial = partial_response(req.api_key, req.version, buf[4:])
                     if it.partial is not None:
                         it.partial.note = "the capture ends inside the frame"

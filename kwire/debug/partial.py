@@ -18,13 +18,18 @@ raise on bad bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .._plan import T_ARRAY, T_STRUCT
+from .._plan import T_ARRAY, T_STRUCT, Op, Plan
 from .._pycodec.messages import _I8, _I16, _length, _read_value, _Reader
 from .._pycodec.messages import _I32 as _PI32
 from ..errors import KwireError, ProtocolError, TrailingBytesError, TruncatedError
 from ..protocol import api as P
+from ..protocol.api import Body
 from .names import Name, api_name
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["Partial", "decode_as_sent", "partial_request", "partial_response"]
 
@@ -33,8 +38,8 @@ SIZE_PREFIX = 4
 
 @dataclass
 class Partial:
-    header: dict = field(default_factory=dict)
-    body: dict | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+    body: Body | None = None
     reason: str = ""
     path: str = ""  # the field being read when decoding stopped, e.g. "topics[0].partitions[2]"
     position: int = SIZE_PREFIX  # byte of the frame (size prefix included) where decoding stopped
@@ -48,11 +53,11 @@ class Partial:
 
 
 class _Stop(Exception):
-    def __init__(self, exc: Exception, path: list, pos: int):
+    def __init__(self, exc: Exception, path: list[str], pos: int):
         self.exc, self.path, self.pos = exc, path, pos
 
 
-def _walk_struct(r: _Reader, plan, out: dict, path: list) -> None:
+def _walk_struct(r: _Reader, plan: Plan, out: Body, path: list[str]) -> None:
     ops, tagged_ops, flexible = plan
     for op in ops:
         _walk_field(r, op, out, path)
@@ -64,26 +69,27 @@ def _walk_struct(r: _Reader, plan, out: dict, path: list) -> None:
         tag = r.uvarint()
         size = r.uvarint()
         start = r.need(size)
-        op = next((o for o in tagged_ops if o[5] == tag), None)
-        if op is None:
+        tagged = next((o for o in tagged_ops if o[5] == tag), None)
+        if tagged is None:
             out.setdefault("_unknown_tags", {})[tag] = bytes(r.data[start:start + size])
             continue
         sub = _Reader(r.data, start, start + size)
-        _walk_field(sub, op, out, path)
+        _walk_field(sub, tagged, out, path)
         if sub.pos != start + size:
-            raise TrailingBytesError(f"tagged field {tag} ({op[1]}) left {start + size - sub.pos} bytes unread",
+            raise TrailingBytesError(f"tagged field {tag} ({tagged[1]}) left {start + size - sub.pos} bytes unread",
                                      position=sub.pos)
     path.pop()
 
 
-def _walk_field(r: _Reader, op, out: dict, path: list) -> None:
+def _walk_field(r: _Reader, op: Op, out: Body, path: list[str]) -> None:
     code, name, nullable, sub = op[0], op[1], op[2], op[4]
     path.append(name)
     if code == T_STRUCT:
         if nullable and r.fixed(_I8) < 0:
             out[name] = None
         else:
-            out[name] = inner = {}
+            inner: Body = {}
+            out[name] = inner
             _walk_struct(r, sub, inner, path)
     elif code == T_ARRAY and sub[0] == T_STRUCT:
         start = r.pos
@@ -94,7 +100,8 @@ def _walk_field(r: _Reader, op, out: dict, path: list) -> None:
             if n > r.end - r.pos:
                 raise TruncatedError(f"array of {n} elements at position {start} exceeds the "
                                      f"{r.end - r.pos} bytes left", position=start)
-            out[name] = items = []
+            items: list[Body] = []
+            out[name] = items
             for i in range(n):
                 path.append(f"[{i}]")
                 items.append({})
@@ -105,25 +112,25 @@ def _walk_field(r: _Reader, op, out: dict, path: list) -> None:
     path.pop()
 
 
-def _path_text(path: list) -> str:
+def _path_text(path: list[str]) -> str:
     text = ""
     for p in path:
         text += p if p.startswith("[") or not text else "." + p
     return text
 
 
-def _framed(payload) -> memoryview:
+def _framed(payload: Buffer) -> memoryview:
     """The payload behind a 4-byte size prefix, so every position the reader reports counts
     the prefix, as the hex dumps do."""
     mv = memoryview(payload).cast("B")
     return memoryview(len(mv).to_bytes(4, "big", signed=True) + bytes(mv))
 
 
-def _body(plan, payload, pos: int, result: Partial) -> Partial:
+def _body(plan: Plan, payload: memoryview, pos: int, result: Partial) -> Partial:
     r = _Reader(payload, pos, len(payload))
-    body: dict = {}
+    body: Body = {}
     result.body = body
-    path: list = []
+    path: list[str] = []
     try:
         _walk_struct(r, plan, body, path)
     except KwireError as exc:
@@ -139,7 +146,7 @@ def _body(plan, payload, pos: int, result: Partial) -> Partial:
     return result
 
 
-def partial_request(payload) -> Partial:
+def partial_request(payload: Buffer) -> Partial:
     """The header and body of a request payload (no size prefix), as far as they decode."""
     mv = _framed(payload)
     result = Partial()
@@ -176,7 +183,7 @@ def partial_request(payload) -> Partial:
     return _body(plan, mv, r.pos, result)
 
 
-def partial_response(api, version: int, payload) -> Partial:
+def partial_response(api: P.ApiRef, version: int, payload: Buffer) -> Partial:
     """The header and body of a response payload (no size prefix) to a request of ``api`` v
     ``version``, as far as they decode."""
     mv = _framed(payload)
@@ -200,12 +207,13 @@ def partial_response(api, version: int, payload) -> Partial:
     return _body(plan, mv, r.pos, result)
 
 
-def decode_as_sent(plan, data) -> dict:
+def decode_as_sent(plan: Plan, data: Buffer) -> Body:
     """A whole message body as the bytes carry it: like the strict decoders, except that tagged
     fields the bytes do not carry are left out instead of filled in with their defaults.
     Raises :class:`~kwire.errors.ProtocolError` on anything wrong or left over."""
     mv = _framed(data)
     result = _body(plan, mv, SIZE_PREFIX, Partial())
-    if not result.complete or result.reason:
+    body = result.body  # always set by _body
+    if body is None or not result.complete or result.reason:
         raise ProtocolError(result.describe(), position=result.position)
-    return result.body
+    return body

@@ -33,12 +33,20 @@ import json
 import struct
 import sys
 import uuid
-from typing import Any, TextIO
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO, overload
 
-from .._plan import T_ARRAY, T_RECORDS, T_STRUCT
+from .._plan import T_ARRAY, T_RECORDS, T_STRUCT, Plan
 from ..errors import KwireError
 from ..protocol import api as P
 from .names import CONTROL_TYPE, TIMESTAMP_TYPE, Name, annotate, error_name, errors_in, name_key
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.highlighter import ReprHighlighter
+
+    from .._codec import RecordBatch  # the twins share its API (kwire/_codec.pyi)
+    from .partial import Partial
 
 __all__ = ["Renderer", "RecordSet", "format_ts", "hexdump", "summarise_records", "to_json_event"]
 
@@ -50,6 +58,17 @@ TEXT_BYTES_LIMIT = 32  # bytes of a bytes field shown inline in text
 INLINE_WIDTH = 100  # a struct of scalars this short goes on one line
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 _BYTES = (bytes, bytearray, memoryview)
+
+Event = dict[str, Any]  # an event: an Item's to_event(), or built by hand (kwire decode --hex)
+Entry = dict[str, Any]  # a record-set entry's header fields (and, in full, its records)
+TopicNames = dict[uuid.UUID, str]  # topic id -> name
+IterBatches = Callable[..., Iterator["RecordBatch"]]
+
+
+@overload
+def format_ts(ts: float, *, date: bool = False) -> str: ...
+@overload
+def format_ts(ts: float | None, *, date: bool = False) -> str | None: ...
 
 
 def format_ts(ts: float | None, *, date: bool = False) -> str | None:
@@ -80,19 +99,20 @@ def hexdump(data: bytes, *, indent: str = "", limit: int | None = None, base: in
 
 # --- record payloads -----------------------------------------------------------------------
 
-class RecordSet(dict):
+class RecordSet(dict[str, Any]):
     """A records field, summarised (a dict, so JSON takes it as is; text renders it as one line)."""
 
 
-def _iter_batches():
+def _iter_batches() -> IterBatches | None:
     try:
         from ..records import iter_batches
     except ImportError:
         return None
-    return iter_batches
+    found: IterBatches = iter_batches  # kwire.records re-exports the codec's, untyped
+    return found
 
 
-def _walk_entries(data: bytes) -> tuple[list[dict], int]:
+def _walk_entries(data: bytes) -> tuple[list[Entry], int]:
     """The entries of a record set from their headers alone (no CRC check, no decompression).
 
     Entry: offset:int64 size:int32 then ``size`` bytes whose 5th (byte 16 of the entry) is the
@@ -101,7 +121,8 @@ def _walk_entries(data: bytes) -> tuple[list[dict], int]:
     Returns (entries, bytes of a partial entry at the end); each entry knows its ``start`` and
     ``end`` in ``data``.
     """
-    out, pos, n = [], 0, len(data)
+    out: list[Entry] = []
+    pos, n = 0, len(data)
     while pos + 12 <= n:
         offset, size = struct.unpack_from(">qi", data, pos)
         if size < 0 or pos + 12 + size > n or size < 5:
@@ -134,7 +155,7 @@ _V2_HEADER = struct.Struct(">qiibIhiqqqhii")
 _V1_HEADER = struct.Struct(">qiIbb")
 
 
-def _batch_header(raw: bytes, e: dict) -> dict:
+def _batch_header(raw: bytes, e: Entry) -> Entry:
     """Every header field of one entry, with its CRC checked."""
     start, end = e["start"], e["end"]
     if e["magic"] == 2 and end - start >= _V2_HEADER.size:
@@ -154,7 +175,7 @@ def _batch_header(raw: bytes, e: dict) -> dict:
     import zlib
 
     base, length, crc, magic, attrs = _V1_HEADER.unpack_from(raw, start)
-    out = {"base_offset": base, "last_offset_delta": 0, "last_offset": base, "magic": magic,
+    out: Entry = {"base_offset": base, "last_offset_delta": 0, "last_offset": base, "magic": magic,
            "batch_length": length, "crc": f"0x{crc:08x}", "crc_ok": zlib.crc32(raw[start + 16:end]) == crc,
            "attributes": attrs, "compression": _codec_name(attrs & 7),
            "timestamp_type": TIMESTAMP_TYPE[(attrs >> 3) & 1] if magic == 1 else TIMESTAMP_TYPE[-1]}
@@ -163,7 +184,7 @@ def _batch_header(raw: bytes, e: dict) -> dict:
     return out
 
 
-def _control(key) -> dict | None:
+def _control(key: bytes | None) -> dict[str, Any] | None:
     """A control record's key: version:int16 type:int16 (0 ABORT, 1 COMMIT)."""
     if key is None or len(key) < 4:
         return None
@@ -171,10 +192,10 @@ def _control(key) -> dict | None:
     return {"version": version, "type": CONTROL_TYPE.get(ctype, f"UNKNOWN_{ctype}")}
 
 
-def _full_batches(raw: bytes, entries: list[dict], iter_batches) -> list[dict]:
+def _full_batches(raw: bytes, entries: list[Entry], iter_batches: IterBatches) -> list[Entry]:
     """Each entry's header, then its records (decoded without the CRC check, so a batch whose
     CRC fails still shows what it holds, flagged by ``crc_ok``)."""
-    out = []
+    out: list[Entry] = []
     for e in entries:
         b = _batch_header(raw, e)
         try:
@@ -185,7 +206,7 @@ def _full_batches(raw: bytes, entries: list[dict], iter_batches) -> list[dict]:
             b["records"] = []
             out.append(b)
             continue
-        records = []
+        records: list[dict[str, Any]] = []
         for batch in decoded:
             for r in batch.records:
                 rec = {"offset": r.offset, "timestamp": r.timestamp,
@@ -204,13 +225,13 @@ def _full_batches(raw: bytes, entries: list[dict], iter_batches) -> list[dict]:
     return out
 
 
-def _codec_name(code) -> str:
+def _codec_name(code: int | str) -> str:
     if isinstance(code, str):
         return code
     return COMPRESSION[code] if 0 <= code < len(COMPRESSION) else f"codec-{code}"
 
 
-def summarise_records(data, *, full: bool = False) -> RecordSet | None:
+def summarise_records(data: bytes | bytearray | memoryview | None, *, full: bool = False) -> RecordSet | None:
     """Summary of a record payload: batches, records, first/last offset, bytes, compression.
 
     Uses kwire.records.iter_batches (which checks CRCs and decompresses) when importable, else
@@ -251,7 +272,7 @@ def summarise_records(data, *, full: bool = False) -> RecordSet | None:
     return summary
 
 
-def _plan_for(event: dict):
+def _plan_for(event: Event) -> Plan | None:
     try:
         a = P.api(event["api_key"] if event.get("api_key") is not None else event["api"])
         if event.get("kind") == "request":
@@ -261,7 +282,7 @@ def _plan_for(event: dict):
         return None
 
 
-def _with_records(value: Any, plan, full: bool) -> Any:
+def _with_records(value: Any, plan: Plan, full: bool) -> Any:
     """A copy of a decoded body whose records fields (found through the message's plan) are
     replaced by their RecordSet summaries."""
     ops, tagged, _ = plan
@@ -295,7 +316,7 @@ def _with_records_by_name(value: Any, full: bool) -> Any:
 _SASL_AUTHENTICATE_KEY = 36
 
 
-def prepare_body(event: dict, records: str = "summary", topic_names: dict | None = None,
+def prepare_body(event: Event, records: str = "summary", topic_names: TopicNames | None = None,
                  body: Any = None) -> Any:
     """The body as shown: credentials redacted, record sets summarised (or decoded in full),
     names beside the numbers (:func:`kwire.debug.names.annotate`)."""
@@ -314,18 +335,18 @@ class Embedded:
     """Bytes that hold a consumer-protocol payload, decoded for the text view (JSON keeps the
     bytes as hex: the exact wire content)."""
 
-    def __init__(self, label: str, raw: bytes, value: dict):
+    def __init__(self, label: str, raw: bytes, value: dict[str, Any]):
         self.label, self.raw, self.value = label, raw, value
 
 
-def _consumer_payloads(event: dict, body: dict) -> dict:
+def _consumer_payloads(event: Event, body: dict[str, Any]) -> dict[str, Any]:
     """JoinGroup's subscriptions and SyncGroup's assignments, when the group speaks the
     "consumer" protocol (or does not say: older versions carry no protocol_type)."""
     key, kind = event.get("api_key"), event.get("kind")
     if key not in (11, 14) or body.get("protocol_type", "consumer") not in ("consumer", None):
         return body
 
-    def decode(raw, subscription: bool):
+    def decode(raw: Any, subscription: bool) -> Any:
         if not isinstance(raw, (bytes, bytearray, memoryview)) or not raw:
             return raw
         try:
@@ -335,7 +356,7 @@ def _consumer_payloads(event: dict, body: dict) -> dict:
         return Embedded(f"consumer {'subscription' if subscription else 'assignment'} v{version}",
                         bytes(raw), value)
 
-    def each(items, field: str, subscription: bool):
+    def each(items: list[Any] | None, field: str, subscription: bool) -> list[Any]:
         return [({**e, field: decode(e.get(field), subscription)} if isinstance(e, dict) else e)
                 for e in items or []]
 
@@ -352,7 +373,7 @@ def _consumer_payloads(event: dict, body: dict) -> dict:
 
 
 def _record_problems(value: Any) -> list[str]:
-    found = []
+    found: list[str] = []
     if isinstance(value, RecordSet):
         if "error" in value:
             found.append(value["error"])
@@ -367,21 +388,21 @@ def _record_problems(value: Any) -> list[str]:
 
 # --- JSON ------------------------------------------------------------------------------------
 
-def _direction(event: dict) -> str | None:
+def _direction(event: Event) -> str | None:
     tb = event.get("to_broker")
     return None if tb is None else ("client->broker" if tb else "broker->client")
 
 
-def error_counts(body: Any) -> dict:
+def error_counts(body: Any) -> dict[str, int]:
     """{error name: how many times} of the non-zero error codes anywhere in a body."""
-    out: dict = {}
+    out: dict[str, int] = {}
     for code in errors_in(body):
         name = error_name(code)
         out[name] = out.get(name, 0) + 1
     return out
 
 
-def _hex(b):
+def _hex(b: bytes | None) -> str | None:
     return None if b is None else bytes(b).hex()
 
 
@@ -408,18 +429,18 @@ def jsonable(value: Any) -> Any:
     return P.to_jsonable(value)
 
 
-def _partial_json(partial) -> dict:
+def _partial_json(partial: Partial) -> dict[str, Any]:
     return {"header": jsonable(partial.header),
             "body": jsonable(partial.body) if partial.body is not None else None,
             "complete": partial.complete, "reason": partial.reason, "path": partial.path or None,
             "position": partial.position}
 
 
-def to_json_event(event: dict, records: str = "summary", body: Any = None, *, summary: bool = False,
-                  topic_names: dict | None = None) -> dict:
+def to_json_event(event: Event, records: str = "summary", body: Any = None, *, summary: bool = False,
+                  topic_names: TopicNames | None = None) -> dict[str, Any]:
     """The JSON object for one event (keys in a fixed order).  ``summary``: without the body."""
     kind = event.get("kind")
-    out = {
+    out: dict[str, Any] = {
         "time": format_ts(event.get("ts"), date=True), "ts": event.get("ts"), "packet": event.get("packet"),
         "kind": kind, "direction": _direction(event), "client": event.get("client"),
         "broker": event.get("broker"), "node_id": event.get("node_id"), "connection": event.get("connection"),
@@ -453,7 +474,7 @@ def to_json_event(event: dict, records: str = "summary", body: Any = None, *, su
 
 # --- text --------------------------------------------------------------------------------------
 
-def _bytes_text(b) -> str:
+def _bytes_text(b: bytes | bytearray | memoryview) -> str:
     b = bytes(b)
     if not b:
         return '<0 bytes>'
@@ -461,7 +482,7 @@ def _bytes_text(b) -> str:
     return f"<{len(b)} bytes> {hx}" + ("..." if len(b) > TEXT_BYTES_LIMIT else "")
 
 
-def _data_text(b) -> str:
+def _data_text(b: bytes | bytearray | memoryview | None) -> str:
     """A record key/value/header: a string when it is printable UTF-8, else hex."""
     if b is None:
         return "null"
@@ -489,7 +510,7 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
-def _plural(n, word: str, plural: str | None = None) -> str:
+def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
@@ -509,14 +530,14 @@ def _records_line(rs: RecordSet) -> str:
     return ", ".join(parts)
 
 
-def _ts_text(ms) -> str:
+def _ts_text(ms: Any) -> str:
     if not isinstance(ms, int) or ms < 0:
         return str(ms)
     return format_ts(ms / 1000.0, date=True)
 
 
 def _records_lines(rs: RecordSet, pad: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for b in rs.get("contents", ()):
         flags = [f"magic {b['magic']}", b["compression"]]
         if b.get("is_transactional"):
@@ -559,7 +580,7 @@ def _is_scalar(v: Any) -> bool:
     return not isinstance(v, (dict, list, Embedded)) or isinstance(v, RecordSet)
 
 
-def _fields(value: dict):
+def _fields(value: dict[Any, Any]) -> Iterator[tuple[str, Any, Name | None]]:
     """(key, value, name) of a dict's fields: the names annotate() added are folded into the
     field they name (``acks: -1 (ALL)``), not shown as fields of their own."""
     for k, v in value.items():
@@ -584,7 +605,7 @@ def _named_scalar(v: Any, name: str | None) -> str:
     return _scalar(v) + (f" ({name})" if name else "")
 
 
-def _inline(v: dict) -> str | None:
+def _inline(v: dict[Any, Any]) -> str | None:
     """A small struct of scalars on one line: ``{epoch: -1, end_offset: -1}``."""
     if not all(_is_scalar(x) and not isinstance(x, RecordSet) for x in v.values()):
         return None
@@ -622,7 +643,7 @@ def _field_lines(k: str, v: Any, indent: int, name: str | None = None) -> list[s
     return [f"{pad}{k}: {_named_scalar(v, name)}"]
 
 
-def _route(event: dict) -> str:
+def _route(event: Event) -> str:
     """"client → broker" (a request) or "client ← broker", each as host:port."""
     client, broker, node = event.get("client"), event.get("broker"), event.get("node_id")
     tb = event.get("to_broker")
@@ -633,7 +654,7 @@ def _route(event: dict) -> str:
     return " ".join(x for x in (client, arrow, target) if x)
 
 
-def header_line(event: dict) -> str:
+def header_line(event: Event) -> str:
     kind = event.get("kind")
     parts = [format_ts(event["ts"])] if event.get("ts") is not None else []
     if event.get("packet") is not None:
@@ -668,12 +689,12 @@ def header_line(event: dict) -> str:
     return "  ".join(parts)
 
 
-def _errors_text(counts: dict) -> str:
+def _errors_text(counts: dict[str, int]) -> str:
     return ", ".join(name if n == 1 else f"{name}×{n}" for name, n in counts.items())
 
 
-def summary_line(event: dict, records: str = "summary", body: Any = None,
-                 topic_names: dict | None = None) -> str:
+def summary_line(event: Event, records: str = "summary", body: Any = None,
+                 topic_names: TopicNames | None = None) -> str:
     """One line per event: time, packet, route, client id, api/version, corr, size, rtt, and
     the names of the errors the body carries (or why it did not decode)."""
     kind = event.get("kind")
@@ -693,7 +714,7 @@ def summary_line(event: dict, records: str = "summary", body: Any = None,
             label += f" {event.get('api') or 'api ' + str(event.get('api_key'))} v{event.get('version')}"
         parts.append(label)
     else:
-        parts.append({"gap": "GAP", "tls": "TLS"}.get(kind, "NOTE"))
+        parts.append({"gap": "GAP", "tls": "TLS"}.get(kind or "", "NOTE"))
     if event.get("correlation_id") is not None:
         parts.append(f"corr={event['correlation_id']}")
     if event.get("size_bytes") is not None:
@@ -710,10 +731,10 @@ def summary_line(event: dict, records: str = "summary", body: Any = None,
     return "  ".join(parts)
 
 
-def _partial_lines(event: dict, records: str, topic_names: dict | None) -> list[str]:
+def _partial_lines(event: Event, records: str, topic_names: TopicNames | None) -> list[str]:
     """What a frame that did not decode still says, where decoding stopped, and the bytes from
     there on."""
-    partial = event["partial"]
+    partial: Partial = event["partial"]
     lines = ["  decoded before the failure:" if not partial.complete else "  decoded:"]
     lines.extend(tree_lines(dict(partial.header), indent=4))
     if partial.body:
@@ -729,8 +750,8 @@ def _partial_lines(event: dict, records: str, topic_names: dict | None) -> list[
     return lines
 
 
-def text_lines(event: dict, records: str = "summary", body: Any = None,
-               topic_names: dict | None = None) -> list[str]:
+def text_lines(event: Event, records: str = "summary", body: Any = None,
+               topic_names: TopicNames | None = None) -> list[str]:
     """The text rendering of one event, as lines (no trailing newline)."""
     kind = event.get("kind")
     lines = [header_line(event)]
@@ -760,7 +781,7 @@ class Renderer:
     """
 
     def __init__(self, format: str = "text", records: str = "summary", *, stream: TextIO | None = None,
-                 color: bool | None = None, summary: bool = False, topic_names: dict | None = None):
+                 color: bool | None = None, summary: bool = False, topic_names: TopicNames | None = None):
         if format not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, not {format!r}")
         if records not in RECORD_MODES:
@@ -774,11 +795,12 @@ class Renderer:
             isatty = getattr(self.stream, "isatty", None)
             color = bool(isatty and isatty())
         self.color = color and format == "text"
-        self._console = None
+        self._console: Console | None = None
+        self._highlight: ReprHighlighter | None = None
         self.problems = 0
         self.problem_notes: list[str] = []
 
-    def render(self, event: dict) -> str:
+    def render(self, event: Event) -> str:
         """The event as text (lines joined by newlines) or as one JSON line, without the
         final newline."""
         body = None
@@ -798,28 +820,29 @@ class Renderer:
             return summary_line(event, self.records, body, self.topic_names)
         return "\n".join(text_lines(event, self.records, body, self.topic_names))
 
-    def write(self, event: dict) -> None:
+    def write(self, event: Event) -> None:
         text = self.render(event)
         if not self.color:
             self.stream.write(text + "\n")
             return
         self._rich_print(event, text)
 
-    def _rich_print(self, event: dict, text: str) -> None:
+    def _rich_print(self, event: Event, text: str) -> None:
         from rich.console import Console
         from rich.highlighter import ReprHighlighter
         from rich.text import Text
 
-        if self._console is None:
+        if self._console is None or self._highlight is None:
             self._console = Console(file=self.stream, force_terminal=True, highlight=False, soft_wrap=True)
             self._highlight = ReprHighlighter()
+        console, highlight = self._console, self._highlight
         head, *rest = text.split("\n")
         kind = event.get("kind")
         style = {"request": "bold cyan", "response": "bold green", "undecoded": "bold red",
-                 "gap": "bold red", "tls": "bold red", "note": "yellow"}.get(kind, "")
-        self._console.print(Text(head, style=style))
+                 "gap": "bold red", "tls": "bold red", "note": "yellow"}.get(kind or "", "")
+        console.print(Text(head, style=style))
         for line in rest:
-            self._console.print(self._highlight(Text(line)))
+            console.print(highlight(Text(line)))
 
     def flush(self) -> None:
         flush = getattr(self.stream, "flush", None)

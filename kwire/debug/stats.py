@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KwireError
 from ..protocol import api as P
@@ -24,11 +26,18 @@ from .names import error_name, errors_in
 from .render import _walk_entries, format_ts
 from .select import groups_in
 
+if TYPE_CHECKING:
+    from ..protocol.api import Body
+    from .capture import Item
+
 __all__ = ["capture_stats", "stats_lines", "percentile"]
 
 _PRODUCE, _FETCH, _OFFSET_COMMIT, _HEARTBEAT, _JOIN, _LEAVE, _SYNC = 0, 1, 8, 12, 11, 13, 14
 _GROUP_APIS = {_OFFSET_COMMIT, 9, 10, _JOIN, _HEARTBEAT, _LEAVE, _SYNC, 15, 16, 42, 47, 68}
 _REBALANCE_IN_PROGRESS = 27
+
+TopicNames = dict[uuid.UUID, str]  # topic id -> name, from the capture's Metadata answers
+RecordsData = bytes | memoryview  # a records field as decoded
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -37,21 +46,22 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-def _body(item):
+def _body(item: Item) -> Body | None:
     if item.body is not None:
         return item.body
-    partial = getattr(item, "partial", None)
+    partial = item.partial
     return partial.body if partial is not None else None
 
 
-def _records_of(data) -> tuple[int, int]:
+def _records_of(data: RecordsData | None) -> tuple[int, int]:
     if data is None:
         return 0, 0
     entries, _ = _walk_entries(bytes(data))
     return len(data), sum(e["count"] for e in entries)
 
 
-def _topic_partitions(item, topic_names: dict):
+def _topic_partitions(item: Item, topic_names: TopicNames
+                      ) -> Iterator[tuple[str, int | None, RecordsData | None]]:
     """(topic, partition, records bytes) of a Produce request or a Fetch response."""
     body = item.body or {}
     if item.api_key == _PRODUCE and item.kind == "request":
@@ -66,7 +76,7 @@ def _topic_partitions(item, topic_names: dict):
                 yield name, p.get("partition_index"), p.get("records")
 
 
-def _assignment(raw) -> list[str]:
+def _assignment(raw: RecordsData | None) -> list[str]:
     if not raw:
         return []
     try:
@@ -76,10 +86,10 @@ def _assignment(raw) -> list[str]:
     return [f"{t['topic']}-{p}" for t in value.get("assigned_partitions") or () for p in t.get("partitions") or ()]
 
 
-def _timeline_event(item, topic_names: dict) -> tuple[str, str, dict] | None:
+def _timeline_event(item: Item, topic_names: TopicNames) -> tuple[str, str, dict[str, Any]] | None:
     """(member, what happened, details) of one group frame, or None for those not shown."""
     body = _body(item) or {}
-    req = item if item.kind == "request" else getattr(item, "request", None)
+    req = item if item.kind == "request" else item.request
     rbody = (req.body if req is not None else None) or {}
     key = item.api_key
     err = [error_name(c) for c in errors_in(body)] if item.kind != "request" else []
@@ -88,7 +98,7 @@ def _timeline_event(item, topic_names: dict) -> tuple[str, str, dict] | None:
         if item.kind == "request":
             protos = [p.get("name") for p in body.get("protocols") or ()]
             return member or "(new member)", "JoinGroup request", {"protocols": protos}
-        d = {"generation_id": body.get("generation_id"), "leader": body.get("leader"),
+        d: dict[str, Any] = {"generation_id": body.get("generation_id"), "leader": body.get("leader"),
              "protocol": body.get("protocol_name")}
         if body.get("members"):
             d["members"] = [m.get("member_id") for m in body["members"]]
@@ -124,22 +134,24 @@ def _timeline_event(item, topic_names: dict) -> tuple[str, str, dict] | None:
     return None
 
 
-def _topic_name(t: dict, topic_names: dict) -> str:
+def _topic_name(t: Body, topic_names: TopicNames) -> str:
     """A topic entry's name: its own, or the name its topic id has in the capture."""
-    name = t.get("name") or t.get("topic")
+    name: str | None = t.get("name") or t.get("topic")
     if name:
         return name
     tid = t.get("topic_id")
-    return topic_names.get(tid) or (f"topic id {tid}" if tid is not None else "?")
+    if tid is None:
+        return "?"
+    return topic_names.get(tid) or f"topic id {tid}"
 
 
-def capture_stats(items, topic_names: dict | None = None) -> dict:
+def capture_stats(items: Iterable[Item], topic_names: TopicNames | None = None) -> dict[str, Any]:
     topic_names = topic_names or {}
-    apis: dict = {}
-    errors: dict = {}
-    rtts: dict = {}
-    tps: dict = {}
-    groups: dict = {}
+    apis: dict[str, dict[str, Any]] = {}
+    errors: dict[str, dict[str, Any]] = {}
+    rtts: dict[tuple[str | None, str | None], list[float]] = {}  # (broker, api) -> round trips
+    tps: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}  # group -> its timeline
     for i in items:
         if i.kind not in ("request", "response", "undecoded") or (i.kind == "undecoded" and i.api is None):
             continue
@@ -166,7 +178,7 @@ def capture_stats(items, topic_names: dict | None = None) -> dict:
                 t[f"{what}_bytes"] += nbytes
                 t[f"{what}_records"] += nrec
         if i.api_key in _GROUP_APIS and i.kind in ("request", "response", "undecoded"):
-            req = i if i.kind == "request" else getattr(i, "request", None)
+            req = i if i.kind == "request" else i.request
             names = groups_in(_body(req), i.api_key) if req is not None else set()
             ev = _timeline_event(i, topic_names) if names else None
             if ev is None:
@@ -176,16 +188,16 @@ def capture_stats(items, topic_names: dict | None = None) -> dict:
                 groups.setdefault(g, []).append({
                     "time": format_ts(i.ts, date=True), "packet": i.packet, "client_id": (req.client_id if req else None),
                     "member": member, "event": what, **{k: v for k, v in detail.items() if v is not None}})
-    rtt_out = []
+    rtt_out: list[dict[str, Any]] = []
     for (broker, api), values in sorted(rtts.items(), key=lambda kv: (kv[0][0] or "", kv[0][1] or "")):
         values.sort()
         rtt_out.append({"broker": broker, "api": api, "count": len(values),
                         "p50_ms": percentile(values, 50), "p90_ms": percentile(values, 90),
                         "p99_ms": percentile(values, 99), "max_ms": values[-1]})
-    group_out = {}
+    group_out: dict[str, dict[str, Any]] = {}
     for g, timeline in groups.items():
-        members: dict = {}
-        generations = set()
+        members: dict[str, dict[str, Any]] = {}
+        generations: set[int | None] = set()
         for e in timeline:
             m = members.setdefault(e["member"] or "(new member)", {"client_id": e["client_id"], "joins": 0,
                                                          "generations": [], "assignments": 0,
@@ -229,8 +241,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
-def _detail_text(e: dict) -> str:
-    parts = []
+def _detail_text(e: dict[str, Any]) -> str:
+    parts: list[str] = []
     for k, v in e.items():
         if k in ("time", "packet", "client_id", "member", "event") or v in (None, [], {}, ""):
             continue
@@ -242,7 +254,7 @@ def _detail_text(e: dict) -> str:
     return "; ".join(parts)
 
 
-def stats_lines(stats: dict) -> list[str]:
+def stats_lines(stats: dict[str, Any]) -> list[str]:
     out = ["requests and responses per API and version:"]
     out += _table(["api", "version", "requests", "responses", "undecoded"],
                   [[a["api"] or f"api {a['api_key']}", a["version"], a["requests"], a["responses"], a["undecoded"]]
