@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, overload
 
 from ..config import parse_config
 from ..errors import KafkaTimeoutError, KwireError
@@ -212,6 +212,14 @@ def iso_ms(ts_ms: int | None) -> str | None:
         return None
     t = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=ts_ms)
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+@overload
+def text_or_base64(data: bytes) -> tuple[str, bool]: ...
+@overload
+def text_or_base64(data: None) -> tuple[None, bool]: ...
+@overload
+def text_or_base64(data: bytes | None) -> tuple[str | None, bool]: ...
 
 
 def text_or_base64(data: bytes | None) -> tuple[str | None, bool]:
