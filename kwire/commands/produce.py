@@ -45,8 +45,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from ..errors import KwireError
-    from ..producer.batch import DeliveryReport
-    from ..producer.producer import Producer
+    from ..producer import DeliveryReport, Producer
 
 _POLL_EVERY = 1000
 _UNKNOWN_TOPIC = 3
