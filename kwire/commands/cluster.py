@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TopicAlreadyExistsError
 from ..net.metadata import ClusterSnapshot, TopicInfo
@@ -27,12 +29,15 @@ from .common import (
     make_tracer,
 )
 
+if TYPE_CHECKING:
+    from ..admin import Admin
+
 _UNKNOWN_TOPIC = 3
 
 
 # --- shared with the other commands -------------------------------------------------------------
 
-def open_admin(args, **overrides):
+def open_admin(args: argparse.Namespace, **overrides: Any) -> tuple[Admin, ProtocolLog]:
     """An Admin on ``--bootstrap`` with ``-X``, ``--trace``; (admin, protocol-log guard)."""
     from ..admin import Admin
 
@@ -45,7 +50,8 @@ def open_admin(args, **overrides):
         raise
 
 
-def snapshot(admin, args, topics=None) -> ClusterSnapshot:
+def snapshot(admin: Admin, args: argparse.Namespace,
+             topics: str | Iterable[str] | None = None) -> ClusterSnapshot:
     """Metadata for ``topics`` (None: all); unknown topics asked for by name are an error."""
     snap = admin.list_topics(topics, timeout=args.timeout)
     for name in ([topics] if isinstance(topics, str) else topics or ()):
@@ -57,7 +63,7 @@ def snapshot(admin, args, topics=None) -> ClusterSnapshot:
     return snap
 
 
-def topic_json(t: TopicInfo) -> dict:
+def topic_json(t: TopicInfo) -> dict[str, Any]:
     return {
         "name": t.name,
         "topic_id": None if t.topic_id == ZERO_UUID else str(t.topic_id),
@@ -71,7 +77,7 @@ def topic_json(t: TopicInfo) -> dict:
     }
 
 
-def snapshot_json(snap: ClusterSnapshot) -> dict:
+def snapshot_json(snap: ClusterSnapshot) -> dict[str, Any]:
     return {
         "cluster_id": snap.cluster_id,
         "controller_id": snap.controller_id,
@@ -85,7 +91,7 @@ def _replication(t: TopicInfo) -> int:
     return max((len(p.replicas) for p in t.partitions.values()), default=0)
 
 
-def _partition_rows(topics):
+def _partition_rows(topics: Iterable[TopicInfo]) -> Iterator[list[Any]]:
     for t in topics:
         for _, p in sorted(t.partitions.items()):
             yield [t.name, p.partition, p.leader, list(p.replicas), list(p.isr),
@@ -105,7 +111,7 @@ def add_metadata(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def run_metadata(args) -> int:
+def run_metadata(args: argparse.Namespace) -> int:
     admin, plog = open_admin(args)
     with plog, admin:
         snap = snapshot(admin, args, args.topic)
@@ -150,7 +156,7 @@ def add_topics(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def run_topics(args) -> int:
+def run_topics(args: argparse.Namespace) -> int:
     if args.create is None and (args.partitions != -1 or args.replication_factor != -1
                                 or args.topic_config or args.if_not_exists):
         raise UsageError("--partitions, --replication-factor, --topic-config and --if-not-exists go with --create")
@@ -184,10 +190,10 @@ def run_topics(args) -> int:
     return 0
 
 
-def _create(args) -> int:
+def _create(args: argparse.Namespace) -> int:
     from ..admin import NewTopic
 
-    configs = {}
+    configs: dict[str, str] = {}
     for item in args.topic_config:
         k, sep, v = item.partition("=")
         if not sep or not k:

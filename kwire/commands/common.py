@@ -15,11 +15,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, overload
 
 from ..config import parse_config
 from ..errors import KafkaTimeoutError, KwireError
 from ..protocol.error_codes import BY_CODE
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT_S = 10.0
@@ -61,7 +64,8 @@ def add_format(p: argparse.ArgumentParser, choices: Sequence[str] = ("text", "js
 
 # --- configuration -----------------------------------------------------------------------------
 
-def client_config(args, role: str, defaults: dict | None = None, overrides: dict | None = None) -> dict:
+def client_config(args: argparse.Namespace, role: str, defaults: dict[str, Any] | None = None,
+                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The client's configuration: ``defaults`` < ``-X`` < ``overrides`` < ``--bootstrap``.
 
     Checked with :func:`kwire.config.parse_config` here, so a bad ``-X`` fails before anything
@@ -85,14 +89,14 @@ def client_config(args, role: str, defaults: dict | None = None, overrides: dict
     return conf
 
 
-def timeout_ms_of(args) -> int:
+def timeout_ms_of(args: argparse.Namespace) -> int:
     t = getattr(args, "timeout", None)
     if t is None or t <= 0:
         raise UsageError("--timeout must be a positive number of seconds")
     return int(t * 1000)
 
 
-def make_tracer(args):
+def make_tracer(args: argparse.Namespace) -> Callable[[dict[str, Any]], None] | None:
     """The ``tracer=`` for Admin/Producer/Consumer when ``--trace`` is on, else None.
 
     Frames go to whatever ``sys.stderr`` is when each is written, so they interleave correctly
@@ -109,7 +113,7 @@ class ProtocolLog:
     frame go to the ``kwire.protocol`` logger at DEBUG; show them on stderr for the command's
     life."""
 
-    def __init__(self, conf: dict):
+    def __init__(self, conf: dict[str, Any]) -> None:
         self.handler: logging.Handler | None = None
         debug = conf.get("debug") or ""
         contexts = debug if isinstance(debug, (list, tuple)) else [c.strip() for c in str(debug).split(",")]
@@ -125,27 +129,33 @@ class ProtocolLog:
             logging.getLogger("kwire.protocol").removeHandler(self.handler)
             self.handler = None
 
-    def __enter__(self):
+    def __enter__(self) -> ProtocolLog:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class _StderrHandler(logging.StreamHandler):
+if TYPE_CHECKING:
+    _StreamHandler = logging.StreamHandler[IO[str]]
+else:  # (subscriptable at run time only from Python 3.11)
+    _StreamHandler = logging.StreamHandler
+
+
+class _StderrHandler(_StreamHandler):
     """A StreamHandler on the current ``sys.stderr`` (looked up per record)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(sys.stderr)
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
 
 
 # --- running -----------------------------------------------------------------------------------
 
-def one_line(text: str) -> str:
+def one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -204,6 +214,14 @@ def iso_ms(ts_ms: int | None) -> str | None:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
+@overload
+def text_or_base64(data: bytes) -> tuple[str, bool]: ...
+@overload
+def text_or_base64(data: None) -> tuple[None, bool]: ...
+@overload
+def text_or_base64(data: bytes | None) -> tuple[str | None, bool]: ...
+
+
 def text_or_base64(data: bytes | None) -> tuple[str | None, bool]:
     """(text, is_base64): UTF-8 text when ``data`` is valid UTF-8, else its base64."""
     if data is None:
@@ -228,17 +246,18 @@ def cell(value: Any) -> str:
 class Out:
     """stdout for people (rich on a terminal, plain columns when piped) or for scripts (JSON)."""
 
-    def __init__(self, stream=None, *, tty: bool | None = None, width: int | None = None):
+    def __init__(self, stream: IO[str] | None = None, *, tty: bool | None = None,
+                 width: int | None = None) -> None:
         self.stream = stream if stream is not None else sys.stdout
         if tty is None:
             isatty = getattr(self.stream, "isatty", None)
             tty = bool(isatty and isatty())
         self.tty = tty
         self.width = width
-        self._console = None
+        self._console: Console | None = None
 
     @property
-    def console(self):
+    def console(self) -> Console:
         if self._console is None:
             from rich.console import Console
 

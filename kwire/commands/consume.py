@@ -31,6 +31,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import parse_config
 from ..consumer import (  # types only: no network layer yet
@@ -52,6 +53,30 @@ from .common import (
     note,
     text_or_base64,
 )
+
+if TYPE_CHECKING:
+    from ..consumer import Consumer
+
+
+class _Record(Protocol):
+    """What the command shows of a record (kwire's Record)."""
+    @property
+    def topic(self) -> str | None: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def timestamp_type(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]: ...
+
 
 _TSTYPE = {0: "create", 1: "logappend"}
 _BATCH = 500
@@ -88,11 +113,11 @@ def add_consume(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def run_consume(args) -> int:
+def run_consume(args: argparse.Namespace) -> int:
     from ..consumer import Consumer
 
     _check_args(args)
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if args.group:
         overrides["group.id"] = args.group
         if args.from_beginning:
@@ -112,12 +137,13 @@ def run_consume(args) -> int:
             partitions = _partitions(consumer, topic, args)
             start = _start_offsets(consumer, topic, partitions, args, conf)
             if args.group:
-                def on_assign(c, assigned):
+                def on_assign(c: Consumer, assigned: list[TopicPartition]) -> None:
                     if start is not None:  # explicit start offsets win over committed ones
                         c.assign([TopicPartition(tp.topic, tp.partition, start[tp.partition]) for tp in assigned])
 
                 consumer.subscribe([topic], on_assign=on_assign)
             else:
+                assert start is not None  # (None only for a group)
                 consumer.assign([TopicPartition(topic, p, start[p]) for p in partitions])
             count = _loop(consumer, args, printer, out)
             if args.group and count and not args.no_commit:
@@ -134,7 +160,7 @@ def run_consume(args) -> int:
     return 0
 
 
-def _check_args(args) -> None:
+def _check_args(args: argparse.Namespace) -> None:
     if args.group and args.partition:
         raise UsageError("--partition is for reading without a group (with --group, the group assigns partitions)")
     if args.no_commit and not args.group:
@@ -147,7 +173,7 @@ def _check_args(args) -> None:
         raise UsageError("--idle-timeout must be positive")
 
 
-def _partitions(consumer, topic: str, args) -> list[int]:
+def _partitions(consumer: Consumer, topic: str, args: argparse.Namespace) -> list[int]:
     """The topic's partitions (those of ``-p``), checking the topic exists."""
     snap = consumer.list_topics(topic, timeout=args.timeout)
     info = snap.topics.get(topic)
@@ -165,7 +191,8 @@ def _partitions(consumer, topic: str, args) -> list[int]:
     return sorted(set(args.partition))
 
 
-def _start_offsets(consumer, topic: str, partitions: list[int], args, conf: dict) -> dict[int, int] | None:
+def _start_offsets(consumer: Consumer, topic: str, partitions: list[int], args: argparse.Namespace,
+                   conf: dict[str, Any]) -> dict[int, int] | None:
     """{partition: start offset}, or None when a group's committed offsets decide."""
     if args.offset is not None:
         return {p: args.offset for p in partitions}
@@ -187,7 +214,7 @@ def _start_offsets(consumer, topic: str, partitions: list[int], args, conf: dict
 IDLE_HINT_S = 10.0  # without --idle-timeout: after this long without records, say it waits
 
 
-def _loop(consumer, args, printer: _Printer, out: Out) -> int:
+def _loop(consumer: Consumer, args: argparse.Namespace, printer: _Printer, out: Out) -> int:
     """Print records until --count, --idle-timeout or Ctrl-C; the number printed."""
     count = 0
     limit = args.count
@@ -233,12 +260,14 @@ def _loop(consumer, args, printer: _Printer, out: Out) -> int:
 
 
 class _Printer:
-    def __init__(self, fmt: str, out: Out):
+    def __init__(self, fmt: str, out: Out) -> None:
         self.fmt = fmt
         self.out = out
         self.stream = out.stream
 
-    def write(self, r) -> None:
+    def write(self, r: Any) -> None:
+        """``r``: a Record (the command does not ask for PartitionEOF events, the other half of
+        ``consume()``'s answer)."""
         if self.fmt == "json":
             self.stream.write(json.dumps(record_json(r), ensure_ascii=False) + "\n")
         elif self.fmt == "value":
@@ -255,8 +284,8 @@ class _Printer:
             self.stream.write(data.decode("utf-8", "replace"))
 
 
-def record_json(r) -> dict:
-    obj = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
+def record_json(r: _Record) -> dict[str, Any]:
+    obj: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
            "tstype": _TSTYPE.get(r.timestamp_type, "none"), "ts": r.timestamp, "headers": []}
     for hk, hv in r.headers or ():
         text, b64 = text_or_base64(hv)
@@ -286,7 +315,7 @@ def _shown(data: bytes | None) -> str:
     return f"base64:{text}" if b64 else _printable(text)
 
 
-def record_text(r) -> str:
+def record_text(r: _Record) -> str:
     """``topic [partition] @offset  timestamp  key=K  h=v ...  value`` (values escaped onto one line)."""
     parts = [f"{r.topic} [{r.partition}] @{r.offset}", iso_ms(r.timestamp) or "-"]
     if r.key is not None:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..admin import Admin, GroupDescription, GroupMember
 from ..errors import BrokerError, KwireError, ProtocolError, UnsupportedVersionError
@@ -102,10 +104,10 @@ def offset_fetch(admin: Admin, group: str, tps: list[tuple[str, int]] | None, de
 
 
 def log_bounds(admin: Admin, tps: list[tuple[str, int]], deadline: _Deadline
-               ) -> dict[tuple[str, int], dict]:
+               ) -> dict[tuple[str, int], dict[str, Any]]:
     """Per partition: {"log_start", "end", "error"} (Admin.log_bounds: ListOffsets confirmed
     by a Fetch)."""
-    out: dict[tuple[str, int], dict] = {}
+    out: dict[tuple[str, int], dict[str, Any]] = {}
     for tp, b in admin.log_bounds(tps, timeout=deadline.left_ms() / 1000, raise_on_error=False).items():
         if isinstance(b, BaseException):
             code = getattr(b, "code", None)
@@ -118,11 +120,11 @@ def log_bounds(admin: Admin, tps: list[tuple[str, int]], deadline: _Deadline
 
 # --- decoding members --------------------------------------------------------------------------
 
-def _hex(data) -> str | None:
+def _hex(data: bytes | bytearray | memoryview | None) -> str | None:
     return None if data is None else bytes(data).hex()
 
 
-def decode_subscription(data: bytes) -> dict:
+def decode_subscription(data: bytes) -> dict[str, Any]:
     version, v = P.decode_subscription(data)
     return {"version": version, "topics": list(v.get("topics") or []),
             "owned_partitions": [{"topic": o["topic"], "partitions": list(o["partitions"])}
@@ -131,7 +133,7 @@ def decode_subscription(data: bytes) -> dict:
             "user_data": _hex(v.get("user_data"))}
 
 
-def decode_assignment(data: bytes) -> dict:
+def decode_assignment(data: bytes) -> dict[str, Any]:
     version, v = P.decode_assignment(data)
     return {"version": version,
             "partitions": [{"topic": a["topic"], "partitions": list(a["partitions"])}
@@ -139,7 +141,8 @@ def decode_assignment(data: bytes) -> dict:
             "user_data": _hex(v.get("user_data"))}
 
 
-def _decode(protocol_type: str, data: bytes | None, decoder) -> dict | None:
+def _decode(protocol_type: str, data: bytes | None,
+            decoder: Callable[[bytes], dict[str, Any]]) -> dict[str, Any] | None:
     if not data:
         return None
     if protocol_type != "consumer":
@@ -150,7 +153,7 @@ def _decode(protocol_type: str, data: bytes | None, decoder) -> dict | None:
         return {"error": str(exc), "raw": bytes(data).hex()}
 
 
-def member_json(protocol_type: str, m: GroupMember) -> dict:
+def member_json(protocol_type: str, m: GroupMember) -> dict[str, Any]:
     return {
         "member_id": m.member_id, "group_instance_id": m.group_instance_id,
         "client_id": m.client_id, "client_host": m.client_host,
@@ -159,7 +162,7 @@ def member_json(protocol_type: str, m: GroupMember) -> dict:
     }
 
 
-def _tps_text(entries) -> str:
+def _tps_text(entries: Iterable[dict[str, Any]]) -> str:
     """'t:0,1;u:3' for a list of {"topic", "partitions"}: one cell, no spaces."""
     return ";".join(f"{e['topic']}:{cell(sorted(e['partitions']))}" for e in entries) or "-"
 
@@ -173,7 +176,7 @@ def add_groups(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def run_groups(args) -> int:
+def run_groups(args: argparse.Namespace) -> int:
     deadline = _Deadline(timeout_ms_of(args))
     admin, plog = open_admin(args)
     with plog, admin:
@@ -199,7 +202,7 @@ def run_groups(args) -> int:
     return 1 if listed.errors else 0
 
 
-def _describe(args, admin: Admin, deadline: _Deadline) -> int:
+def _describe(args: argparse.Namespace, admin: Admin, deadline: _Deadline) -> int:
     group = args.describe
     coordinator = find_coordinator(admin, group, deadline)
     desc = describe(admin, group, deadline)
@@ -241,7 +244,7 @@ def _describe(args, admin: Admin, deadline: _Deadline) -> int:
     return 0
 
 
-def _assignment_json(tps: tuple[tuple[str, int], ...], topic_ids: dict[str, str]) -> list[dict]:
+def _assignment_json(tps: tuple[tuple[str, int], ...], topic_ids: dict[str, str]) -> list[dict[str, Any]]:
     by_topic: dict[str, list[int]] = {}
     for t, p in tps:
         by_topic.setdefault(t, []).append(p)
@@ -249,11 +252,11 @@ def _assignment_json(tps: tuple[tuple[str, int], ...], topic_ids: dict[str, str]
             for t, ps in sorted(by_topic.items())]
 
 
-def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: GroupDescription) -> int:
+def _describe_kip848(args: argparse.Namespace, group: str, coordinator: BrokerInfo, g: GroupDescription) -> int:
     """A KIP-848 group (ConsumerGroupDescribe): epochs, the assignor the broker runs, and each
     member's subscription, current assignment and target assignment."""
     ids = dict(g.topic_ids)
-    members = [{
+    members: list[dict[str, Any]] = [{
         "member_id": m.member_id, "group_instance_id": m.group_instance_id,
         "rack_id": m.rack_id, "member_epoch": m.member_epoch,
         "client_id": m.client_id, "client_host": m.client_host,
@@ -293,7 +296,7 @@ def _describe_kip848(args, group: str, coordinator: BrokerInfo, g: GroupDescript
     return 0
 
 
-def _raw_cell(decoded: dict) -> str:
+def _raw_cell(decoded: dict[str, Any]) -> str:
     if not decoded:
         return "-"
     if "error" in decoded:
@@ -312,7 +315,7 @@ def add_offsets(p: argparse.ArgumentParser) -> None:
     add_common(p)
 
 
-def run_offsets(args) -> int:
+def run_offsets(args: argparse.Namespace) -> int:
     deadline = _Deadline(timeout_ms_of(args))
     group = args.group
     admin, plog = open_admin(args)
@@ -387,10 +390,10 @@ def run_offsets(args) -> int:
     return 0
 
 
-def _owners(desc: GroupDescription | KwireError) -> dict[tuple[str, int], dict]:
+def _owners(desc: GroupDescription | KwireError) -> dict[tuple[str, int], dict[str, Any]]:
     """Which member each partition is assigned to (classic: the decoded assignments; KIP-848:
     the members' current assignments)."""
-    owners: dict[tuple[str, int], dict] = {}
+    owners: dict[tuple[str, int], dict[str, Any]] = {}
     if not isinstance(desc, GroupDescription):
         return owners
     for m in desc.members:

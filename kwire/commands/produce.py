@@ -25,6 +25,8 @@ import base64
 import binascii
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..config import parse_config
 from .common import (
@@ -38,6 +40,12 @@ from .common import (
     make_tracer,
     stderr_tty,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from ..errors import KwireError
+    from ..producer import DeliveryReport, Producer
 
 _POLL_EVERY = 1000
 _UNKNOWN_TOPIC = 3
@@ -63,12 +71,21 @@ def add_produce(p: argparse.ArgumentParser) -> None:
     add_common(p, timeout_help="connecting, and waiting for the last acknowledgements (default 10)")
 
 
-def run_produce(args) -> int:
+class _Rec(TypedDict, total=False):
+    """One record read from the input: produce()'s arguments."""
+    value: bytes | None
+    key: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    partition: int | None
+    timestamp: int | None
+
+
+def run_produce(args: argparse.Namespace) -> int:
     from ..producer import Producer
 
     if args.key_delimiter is not None and (args.format == "json" or args.key_delimiter == ""):
         raise UsageError("--key-delimiter takes a non-empty delimiter and goes with text input")
-    headers = []
+    headers: list[tuple[str, bytes | None]] = []
     for item in args.header:
         k, sep, v = item.partition("=")
         if not sep or not k:
@@ -112,7 +129,7 @@ def run_produce(args) -> int:
     return 0
 
 
-def _check_topic(producer, args) -> None:
+def _check_topic(producer: Producer, args: argparse.Namespace) -> None:
     snap = producer.list_topics(args.topic, timeout=args.timeout)
     info = snap.topics.get(args.topic)
     if info is None or (info.error_code == _UNKNOWN_TOPIC and not info.partitions):
@@ -126,14 +143,14 @@ def _check_topic(producer, args) -> None:
 
 
 class _Stats:
-    def __init__(self):
+    def __init__(self) -> None:
         self.sent = 0
         self.delivered = 0
         self.failed = 0
-        self.first_error = None
+        self.first_error: KwireError | None = None
         self.by_partition: dict[int, int] = {}
 
-    def on_delivery(self, err, msg) -> None:
+    def on_delivery(self, err: KwireError | None, msg: DeliveryReport) -> None:
         if err is not None:
             self.failed += 1
             if self.first_error is None:
@@ -149,7 +166,7 @@ class _Stats:
         return text + (f" (partition {parts})" if parts else "")
 
 
-def _produce(producer, topic: str, rec: dict, stats: _Stats) -> None:
+def _produce(producer: Producer, topic: str, rec: _Rec, stats: _Stats) -> None:
     while True:
         try:
             producer.produce(topic, rec.get("value"), key=rec.get("key"), partition=rec.get("partition"),
@@ -161,14 +178,14 @@ def _produce(producer, topic: str, rec: dict, stats: _Stats) -> None:
     stats.sent += 1
 
 
-def _from_text(line: bytes, delimiter: str | None) -> dict:
+def _from_text(line: bytes, delimiter: str | None) -> _Rec:
     if delimiter is None:
         return {"value": line}
     key, sep, value = line.partition(delimiter.encode("utf-8"))
     return {"key": key, "value": value} if sep else {"value": line}
 
 
-def _from_json(line: bytes, lineno: int) -> dict:
+def _from_json(line: bytes, lineno: int) -> _Rec:
     try:
         obj = json.loads(line)
     except ValueError as exc:
@@ -179,7 +196,7 @@ def _from_json(line: bytes, lineno: int) -> dict:
     if unknown:
         raise CommandError(f"line {lineno}: unknown field(s) {', '.join(unknown)}")
     try:
-        rec = {"value": _bytes(obj.get("value", obj.get("payload")),
+        rec: _Rec = {"value": _bytes(obj.get("value", obj.get("payload")),
                                obj.get("value_encoding", obj.get("payload_encoding"))),
                "key": _bytes(obj.get("key"), obj.get("key_encoding")),
                "headers": _headers(obj.get("headers"))}
@@ -196,7 +213,7 @@ def _from_json(line: bytes, lineno: int) -> dict:
     return rec
 
 
-def _bytes(value, encoding) -> bytes | None:
+def _bytes(value: object, encoding: object) -> bytes | None:
     if encoding not in (None, "utf-8", "base64"):
         raise ValueError(f"unknown encoding {encoding!r} (expected base64)")
     if value is None:
@@ -208,14 +225,14 @@ def _bytes(value, encoding) -> bytes | None:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _headers(value) -> list[tuple[str, bytes | None]]:
+def _headers(value: object) -> list[tuple[str, bytes | None]]:
     if value is None:
         return []
     if isinstance(value, dict):
         return [(str(k), _bytes(v, None)) for k, v in value.items()]
     if not isinstance(value, list):
         raise ValueError("headers must be an object or a list")
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for h in value:
         if isinstance(h, dict):
             out.append((str(h["key"]), _bytes(h.get("value"), h.get("value_encoding"))))
@@ -229,11 +246,11 @@ def _headers(value) -> list[tuple[str, bytes | None]]:
 class _progress:
     """A live count on stderr while producing, when stderr is a terminal (and not tracing)."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
 
-    def __enter__(self):
-        self._bar = None
+    def __enter__(self) -> Callable[[int], None]:
+        self._bar: Progress | None = None
         if self.enabled and stderr_tty():
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn
@@ -241,14 +258,14 @@ class _progress:
             self._bar = Progress(SpinnerColumn(), TextColumn("producing: {task.completed:,} records"),
                                  console=Console(stderr=True), transient=True)
             self._bar.__enter__()
-            self._task = self._bar.add_task("produce", total=None)
+            self._task: TaskID = self._bar.add_task("produce", total=None)
         return self._update
 
     def _update(self, n: int) -> None:
         if self._bar is not None:
             self._bar.update(self._task, completed=n)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
             self._bar.__exit__(*exc)
 

@@ -1,5 +1,7 @@
 """kwire's consumer: state machines that do no I/O (subscription, coordinator, fetcher,
 positions) and the Consumer that drives them from one background thread."""
+from typing import TYPE_CHECKING
+
 from .types import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -9,6 +11,9 @@ from .types import (
     OffsetAndMetadata,
     TopicPartition,
 )
+
+if TYPE_CHECKING:  # (at run time, __getattr__ imports it when first asked for)
+    from .consumer import Consumer
 
 __all__ = ["Consumer", "TopicPartition", "OffsetAndMetadata", "GroupMetadata", "OFFSET_BEGINNING", "OFFSET_END",
            "OFFSET_INVALID", "OFFSET_STORED"]

@@ -16,8 +16,9 @@ Leaders and epochs come from :class:`kwire.net.metadata.Metadata` (read only, ex
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KafkaTimeoutError, UnsupportedVersionError
 from ._codes import E, is_invalid_metadata, is_retriable
@@ -25,9 +26,14 @@ from ._codes import error as broker_error
 from .subscription import FetchState, ResetStrategy, SubscriptionState
 from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, PollResult, Request
 
+if TYPE_CHECKING:
+    from ..net.metadata import Metadata
+    from .subscription import Position
+
 log = logging.getLogger("kwire.consumer.offsets")
 
 TP = tuple[str, int]  # (topic, partition)
+Part = dict[str, Any]  # one partition's entry of a request or response body
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
@@ -39,35 +45,40 @@ _RESET_TIMESTAMP = {ResetStrategy.EARLIEST: EARLIEST_TIMESTAMP, ResetStrategy.LA
 class ListOffsetsResult(Action):
     """``offsets``: {tp: (offset, timestamp, leader_epoch)} (offset -1: none at that time);
     ``errors``: {tp: exception} for partitions that failed."""
-    offsets: dict
-    errors: dict
+    offsets: dict[TP, tuple[int, int, int | None]]
+    errors: dict[TP, BaseException]
     token: Any = None
 
 
 @dataclass
 class _Query:
-    timestamps: dict          # tp -> timestamp still to answer
+    timestamps: dict[TP, int]          # tp -> timestamp still to answer
     token: Any
     deadline_ms: int
     isolation_level: int
-    results: dict = field(default_factory=dict)
-    errors: dict = field(default_factory=dict)
-    inflight: set = field(default_factory=set)   # tps in flight
+    results: dict[TP, tuple[int, int, int | None]] = field(default_factory=dict)
+    errors: dict[TP, BaseException] = field(default_factory=dict)
+    inflight: set[TP] = field(default_factory=set)   # tps in flight
     next_try_ms: int = 0
     metadata_version: int = -1  # the cache's version when asked: only newer answers are trusted
 
 
-def _by_topic(items: dict[TP, dict]) -> list[dict]:
-    out: dict[str, list] = {}
+def _by_topic(items: dict[TP, Part]) -> list[dict[str, Any]]:
+    out: dict[str, list[Part]] = {}
     for (topic, _partition), part in sorted(items.items()):
         out.setdefault(topic, []).append(part)
     return [{"name": t, "topic": t, "partitions": ps} for t, ps in out.items()]
 
 
+def _fixed(body: dict[str, Any]) -> Callable[[int], dict[str, Any]]:
+    """A request's ``build`` for a body the same in every version."""
+    return lambda _version: body
+
+
 class PositionManager:
-    def __init__(self, subscriptions: SubscriptionState, metadata, *,
+    def __init__(self, subscriptions: SubscriptionState, metadata: Metadata, *,
                  isolation_level: int = READ_COMMITTED, retry_backoff_ms: int = 100,
-                 request_timeout_ms: int = 30000):
+                 request_timeout_ms: int = 30000) -> None:
         self.subs = subscriptions
         self.metadata = metadata
         self.isolation_level = isolation_level
@@ -75,11 +86,11 @@ class PositionManager:
         self.request_timeout_ms = request_timeout_ms
         self.validation_supported = True
         self._queries: list[_Query] = []
-        self._actions: list = []
+        self._actions: list[Action] = []
         self._metadata_version = -1
-        self._missing_reported: set = set()  # manually assigned tps reported as not existing
+        self._missing_reported: set[TP] = set()  # manually assigned tps reported as not existing
 
-    def drain_actions(self) -> list:
+    def drain_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
         return out
 
@@ -167,29 +178,32 @@ class PositionManager:
             by_node.setdefault(node, []).append(tp)
         return by_node
 
-    def _resets(self, now_ms: int, out: list) -> None:
+    def _resets(self, now_ms: int, out: list[Request]) -> None:
         due = [tp for tp, st in self.subs.items()
                if st.state is FetchState.AWAIT_RESET and not st.inflight and not st.blocked
                and st.next_retry_ms <= now_ms and st.reset_strategy in _RESET_TIMESTAMP]
         if not due:
             return
         for node, tps in self._group_by_leader(due, now_ms).items():
-            parts = {}
-            sent = {}
+            parts: dict[TP, Part] = {}
+            sent: dict[TP, tuple[ResetStrategy, int]] = {}
             for tp in tps:
                 st = self.subs.state(tp)
+                strategy = st.reset_strategy
+                if strategy is None:  # (not due: filtered out above)
+                    continue
                 _, epoch = self._leader(tp)
                 parts[tp] = {"partition_index": tp[1], "current_leader_epoch": epoch,
-                             "timestamp": _RESET_TIMESTAMP[st.reset_strategy], "max_num_offsets": 1}
-                sent[tp] = (st.reset_strategy, epoch)
+                             "timestamp": _RESET_TIMESTAMP[strategy], "max_num_offsets": 1}
+                sent[tp] = (strategy, epoch)
                 st.inflight = True
-            body = {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": self.isolation_level,
+            body: dict[str, Any] = {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": self.isolation_level,
                     "topics": _by_topic(parts), "timeout_ms": self.request_timeout_ms}
-            out.append(Request(node, "ListOffsets", lambda v, b=body: b, min_version=1,
+            out.append(Request(node, "ListOffsets", _fixed(body), min_version=1,
                                timeout_ms=self.request_timeout_ms,
                                context=("reset", sent), owner=self))
 
-    def _validations(self, now_ms: int, out: list) -> None:
+    def _validations(self, now_ms: int, out: list[Request]) -> None:
         due = [tp for tp, st in self.subs.items()
                if st.state is FetchState.AWAIT_VALIDATION and not st.inflight and not st.blocked
                and st.next_retry_ms <= now_ms]
@@ -200,12 +214,13 @@ class PositionManager:
                 self.subs.skip_validation(tp)
             return
         for node, tps in self._group_by_leader(due, now_ms).items():
-            parts = {}
-            sent = {}
+            parts: dict[TP, Part] = {}
+            sent: dict[TP, tuple[Position, int]] = {}
             for tp in tps:
                 st = self.subs.state(tp)
                 _, epoch = self._leader(tp)
                 pos = st.position
+                assert pos is not None  # AWAIT_VALIDATION always has a position
                 if pos.offset_epoch is None:
                     self.subs.skip_validation(tp)
                     continue
@@ -216,8 +231,8 @@ class PositionManager:
             if not parts:
                 continue
             topics = [{"topic": t["name"], "partitions": t["partitions"]} for t in _by_topic(parts)]
-            body = {"replica_id": CONSUMER_REPLICA_ID, "topics": topics}
-            out.append(Request(node, "OffsetForLeaderEpoch", lambda v, b=body: b,
+            body: dict[str, Any] = {"replica_id": CONSUMER_REPLICA_ID, "topics": topics}
+            out.append(Request(node, "OffsetForLeaderEpoch", _fixed(body),
                                timeout_ms=self.request_timeout_ms,
                                context=("validate", sent), owner=self))
 
@@ -235,7 +250,7 @@ class PositionManager:
             return
         self._queries.append(q)
 
-    def _send_queries(self, now_ms: int, out: list) -> None:
+    def _send_queries(self, now_ms: int, out: list[Request]) -> None:
         for q in list(self._queries):
             if now_ms >= q.deadline_ms:
                 for tp in q.timestamps:
@@ -259,15 +274,16 @@ class PositionManager:
             if not todo:
                 continue
             for node, tps in self._group_by_leader(todo, now_ms).items():
-                parts = {}
+                parts: dict[TP, Part] = {}
                 for tp in tps:
                     _, epoch = self._leader(tp)
                     parts[tp] = {"partition_index": tp[1], "current_leader_epoch": epoch,
                                  "timestamp": q.timestamps[tp], "max_num_offsets": 1}
                     q.inflight.add(tp)
-                body = {"replica_id": CONSUMER_REPLICA_ID, "isolation_level": q.isolation_level,
+                body: dict[str, Any] = {"replica_id": CONSUMER_REPLICA_ID,
+                                        "isolation_level": q.isolation_level,
                         "topics": _by_topic(parts), "timeout_ms": self.request_timeout_ms}
-                out.append(Request(node, "ListOffsets", lambda v, b=body: b, min_version=1,
+                out.append(Request(node, "ListOffsets", _fixed(body), min_version=1,
                                    timeout_ms=self.request_timeout_ms,
                                    context=("query", (q, list(parts))), owner=self))
             if len(q.inflight) < len(q.timestamps):
@@ -281,14 +297,15 @@ class PositionManager:
     # --- responses ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _list_offsets_parts(resp: dict) -> dict[TP, dict]:
-        out = {}
+    def _list_offsets_parts(resp: dict[str, Any]) -> dict[TP, Part]:
+        out: dict[TP, Part] = {}
         for t in resp.get("topics", ()):
             for p in t.get("partitions", ()):
                 out[(t["name"], p["partition_index"])] = p
         return out
 
-    def on_response(self, request: Request, resp, now_ms: int) -> None:
+    def on_response(self, request: Request, resp: dict[str, Any] | BaseException,
+                    now_ms: int) -> None:
         kind, payload = request.context
         if kind == "reset":
             self._on_reset(payload, resp, now_ms)
@@ -297,14 +314,15 @@ class PositionManager:
         else:
             self._on_query(payload, resp, now_ms)
 
-    def _retry_later(self, tps, now_ms: int) -> None:
+    def _retry_later(self, tps: Iterable[TP], now_ms: int) -> None:
         for tp in tps:
             st = self.subs.get(tp)
             if st is not None:
                 st.inflight = False
                 st.next_retry_ms = now_ms + self.retry_backoff_ms
 
-    def _on_reset(self, sent: dict, resp, now_ms: int) -> None:
+    def _on_reset(self, sent: dict[TP, tuple[ResetStrategy, int]],
+                  resp: dict[str, Any] | BaseException, now_ms: int) -> None:
         if isinstance(resp, BaseException):
             self.metadata.request_update()
             self._retry_later(sent, now_ms)
@@ -317,7 +335,7 @@ class PositionManager:
             st.inflight = False
             p = parts.get(tp)
             code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
-            if code == 0:
+            if p is not None and code == 0:
                 offset = p.get("offset", -1)
                 if offset is None or offset < 0:
                     old = p.get("old_style_offsets") or []
@@ -340,7 +358,8 @@ class PositionManager:
                 self._actions.append(ErrorAction(broker_error(code), partitions=[tp]))
             st.next_retry_ms = now_ms + self.retry_backoff_ms
 
-    def _on_validate(self, sent: dict, resp, now_ms: int) -> None:
+    def _on_validate(self, sent: dict[TP, tuple[Position, int]],
+                     resp: dict[str, Any] | BaseException, now_ms: int) -> None:
         if isinstance(resp, UnsupportedVersionError):
             log.info("the broker has no OffsetForLeaderEpoch: positions are not validated")
             self.validation_supported = False
@@ -351,7 +370,7 @@ class PositionManager:
             self.metadata.request_update()
             self._retry_later(sent, now_ms)
             return
-        parts = {}
+        parts: dict[TP, Part] = {}
         for t in resp.get("topics", ()):
             for p in t.get("partitions", ()):
                 parts[(t["topic"], p["partition"])] = p
@@ -362,7 +381,7 @@ class PositionManager:
             st.inflight = False
             p = parts.get(tp)
             code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
-            if code == 0:
+            if p is not None and code == 0:
                 err = self.subs.complete_validation(tp, pos, p.get("end_offset", -1),
                                                     p.get("leader_epoch", -1), epoch)
                 if err is not None:
@@ -377,7 +396,8 @@ class PositionManager:
                 self._actions.append(ErrorAction(broker_error(code), partitions=[tp]))
             st.next_retry_ms = now_ms + self.retry_backoff_ms
 
-    def _on_query(self, payload, resp, now_ms: int) -> None:
+    def _on_query(self, payload: tuple[_Query, list[TP]], resp: dict[str, Any] | BaseException,
+                  now_ms: int) -> None:
         q, tps = payload
         for tp in tps:
             q.inflight.discard(tp)
@@ -391,7 +411,7 @@ class PositionManager:
         for tp in tps:
             p = parts.get(tp)
             code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
-            if code == 0:
+            if p is not None and code == 0:
                 offset = p.get("offset", -1)
                 epoch = p.get("leader_epoch", -1)
                 found_ts = p.get("timestamp", -1)

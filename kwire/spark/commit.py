@@ -53,13 +53,16 @@ import queue
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, KafkaTimeoutError, KwireError
 from .offset_reader import OffsetReader
 from .options import SourceOptions
 from .planner import OffsetRange
+
+if TYPE_CHECKING:
+    from pyspark.accumulators import AccumulatorParam
 
 __all__ = ["PendingCommit", "progress_param", "check_complete", "observe_for_commit", "commit_after_full_read",
            "FINGERPRINT_SHIFT"]
@@ -72,26 +75,31 @@ _PARTIAL_OPERATORS = re.compile(r"^[\s:|+-]*(GlobalLimit|LocalLimit|Limit|Tail|O
 
 FINGERPRINT_SHIFT = 40  # a record's fingerprint is offset ^ (partition << 40)
 
-RangeKey = tuple  # (topic, partition, from_offset, until_offset)
+RangeKey = tuple[str, int, int, int]  # (topic, partition, from_offset, until_offset)
+# An executor's report of a range it read to its end: (topic, partition, from, until, records, fingerprint)
+RangeReport = tuple[str, int, int, int, int, int]
+# What the listener hands the commit thread: (kind, action's name, detail)
+ActionEvent = tuple[str, str, Any]
 
 
-def progress_param():
+def progress_param() -> AccumulatorParam[frozenset[RangeReport]]:
     """The accumulator parameter for the executors' finished-range reports."""
     from pyspark.accumulators import AccumulatorParam
 
-    class _ProgressParam(AccumulatorParam):
+    class _ProgressParam(AccumulatorParam[frozenset[RangeReport]]):
         """Finished ranges: a frozenset of (topic, partition, from, until, records, fingerprint)."""
 
-        def zero(self, value):
+        def zero(self, value: frozenset[RangeReport]) -> frozenset[RangeReport]:
             return frozenset()
 
-        def addInPlace(self, a, b):
+        def addInPlace(self, a: Iterable[RangeReport],  # noqa: N802 - PySpark's name
+                       b: Iterable[RangeReport]) -> frozenset[RangeReport]:
             return frozenset(a) | frozenset(b)
 
     return _ProgressParam()
 
 
-def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
+def check_complete(planned: Iterable[OffsetRange], reports: Iterable[RangeReport],
                    observed_records: int | None, observed_fingerprint: int | None, *,
                    records_observed: bool = True) -> str | None:
     """None when the action read every planned range in full; else why not (pure).
@@ -102,7 +110,7 @@ def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
     the JVM; the user's function took every batch of a range it reported) only the reports
     count.
     """
-    by_range: dict[RangeKey, set] = {}
+    by_range: dict[RangeKey, set[tuple[int, int]]] = {}
     for t, p, a, b, n, fp in reports:
         by_range.setdefault((t, p, a, b), set()).add((n, fp))
     want_n = 0
@@ -133,7 +141,7 @@ def check_complete(planned: Iterable[OffsetRange], reports: Iterable[tuple],
     return None
 
 
-def observe_for_commit(df, name: str, *, records: bool = True):
+def observe_for_commit(df: Any, name: str, *, records: bool = True) -> Any:
     """``df`` observed under ``name``: the record count and the XOR of fingerprints -- or,
     without ``records`` (rows that are not Kafka records), only the row count, so the listener
     still hears of each action."""
@@ -150,11 +158,11 @@ class _ActionListener:
     over the observed DataFrame to the commit thread; does nothing else on Spark's listener
     thread."""
 
-    def __init__(self, name: str, events: queue.Queue):
+    def __init__(self, name: str, events: queue.Queue[ActionEvent]):
         self.name = name
         self.events = events
 
-    def onSuccess(self, func_name, qe, duration_ns):  # noqa: N802 - Java's name
+    def onSuccess(self, func_name: str, qe: Any, duration_ns: int) -> None:  # noqa: N802 - Java's name
         try:
             metrics = qe.observedMetrics()
             if metrics.contains(self.name):
@@ -164,7 +172,7 @@ class _ActionListener:
         except Exception as exc:  # never let an error travel back into Spark's listener bus
             self.events.put(("error", func_name, exc))
 
-    def onFailure(self, func_name, qe, exception):  # noqa: N802
+    def onFailure(self, func_name: str, qe: Any, exception: Any) -> None:  # noqa: N802
         try:
             if self.name in qe.logical().toString():
                 self.events.put(("failure", func_name, str(exception.getMessage())))
@@ -185,37 +193,42 @@ class PendingCommit:
     """
 
     def __init__(self, options: SourceOptions, offsets: Mapping[tuple[str, int], int], *,
-                 planned: list[OffsetRange] | None = None, progress=None, spark=None, name: str | None = None,
-                 records_observed: bool = True):
+                 planned: list[OffsetRange] | None = None, progress: Any = None, spark: Any = None,
+                 name: str | None = None, records_observed: bool = True):
         self.options = options
         self.records_observed = records_observed
-        self.group = options.commit_group
+        if options.commit_group is None:
+            raise ConfigError("a PendingCommit needs options with commitToGroup")
+        self.group: str = options.commit_group
         self.offsets = dict(offsets)
         self.planned = list(planned or [])
         self.name = name
-        self.committed: dict | None = None
+        self.committed: dict[tuple[str, int], int] | None = None
         self.error: BaseException | None = None
         self.reason = "waiting for the first action over the DataFrame"
         self.actions_seen = 0  # outcomes of actions over the DataFrame handled so far
         self._progress = progress
-        self._events: queue.Queue = queue.Queue()
+        self._events: queue.Queue[ActionEvent] = queue.Queue()
         self._done = threading.Event()
-        self._listener = None
-        self._manager = None
+        self._listener: _ActionListener | None = None
+        self._manager: Any = None  # the session's JVM ExecutionListenerManager
         if spark is not None:
-            self._listen(spark)
+            if name is None:
+                raise ConfigError("a PendingCommit that listens to Spark needs the observation's name")
+            self._listen(spark, name)
         self._thread = threading.Thread(target=self._run, name=f"kwire-commit-{self.group}", daemon=True)
         self._thread.start()
 
-    def _listen(self, spark) -> None:
+    def _listen(self, spark: Any, name: str) -> None:
         jsession = getattr(spark, "_jsparkSession", None)
         if jsession is None:
             raise ConfigError("commitToGroup needs a classic SparkSession (not Spark Connect): it learns "
                               "whether an action succeeded from a QueryExecutionListener on the driver")
         from pyspark.java_gateway import ensure_callback_server_started
 
-        ensure_callback_server_started(spark.sparkContext._gateway)
-        self._listener = _ActionListener(self.name, self._events)
+        start_callbacks: Callable[[Any], None] = ensure_callback_server_started  # unannotated in PySpark
+        start_callbacks(spark.sparkContext._gateway)
+        self._listener = _ActionListener(name, self._events)
         self._manager = jsession.listenerManager()
         self._manager.register(self._listener)
 
@@ -260,7 +273,7 @@ class PendingCommit:
             self._stop_listening()
             self._done.set()
 
-    def _handle(self, kind: str, func: str, detail) -> bool:
+    def _handle(self, kind: str, func: str, detail: Any) -> bool:
         """True when this action's outcome allows the commit; else :attr:`reason` says why not."""
         if kind == "failure":
             self.reason = f"the last action ({func}) failed: nothing committed; {detail}"
@@ -272,7 +285,7 @@ class PendingCommit:
             return False
         records, fingerprint, partial = detail
         if partial:
-            why = f"it has a {partial} (a partial action: show, take, head, limit, first, tail, sample)"
+            why: str | None = f"it has a {partial} (a partial action: show, take, head, limit, first, tail, sample)"
         else:
             why = check_complete(self.planned, self._progress.value, records, fingerprint,
                                  records_observed=self.records_observed)
@@ -282,7 +295,7 @@ class PendingCommit:
         _log.info("%s", self.reason)
         return False
 
-    def wait(self, timeout_s: float | None = None) -> dict:
+    def wait(self, timeout_s: float | None = None) -> dict[tuple[str, int], int]:
         if not self._done.wait(timeout_s):
             raise KafkaTimeoutError(f"the commit to group {self.group!r} has not happened within "
                                     f"{timeout_s} s: {self.reason}")
@@ -291,8 +304,8 @@ class PendingCommit:
         return dict(self.committed or {})
 
 
-def commit_after_full_read(spark, df, options: SourceOptions, end: Mapping, planned: list[OffsetRange],
-                           progress, *, records: bool = True) -> Any:
+def commit_after_full_read(spark: Any, df: Any, options: SourceOptions, end: Mapping[tuple[str, int], int],
+                           planned: list[OffsetRange], progress: Any, *, records: bool = True) -> Any:
     """``df`` observed, carrying its :class:`PendingCommit` as ``df.kwire_commit``.
     ``records``: the rows of ``df`` are the records read (False: what a function made of them)."""
     if not any(r.until_offset > r.from_offset for r in planned):

@@ -31,8 +31,10 @@ import importlib.util
 import json
 import logging
 import threading
+import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -45,9 +47,16 @@ from ..errors import ConfigError
 from . import planner
 from .offset_reader import OffsetReader, log_plan
 from .options import SourceOptions, parse_options
-from .planner import OffsetRange
+from .planner import TP, OffsetRange
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema_ddl
+
+if TYPE_CHECKING:
+    from pyspark.accumulators import Accumulator
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from .commit import RangeReport
 
 try:
     from pyspark.sql.streaming.datasource import (
@@ -55,8 +64,9 @@ try:
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
+    _READ_LIMITS = True
 except ImportError:  # PySpark < 4.2: no read limits
-    ReadAllAvailable = ReadMaxRows = None
+    _READ_LIMITS = False
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
@@ -74,11 +84,11 @@ PROGRESS_OPTION = "kwire.progress"
 _log = logging.getLogger("kwire.spark")
 
 
-_registered: weakref.WeakSet = weakref.WeakSet()
+_registered: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 _registered_lock = threading.Lock()
 
 
-def register_once(spark) -> None:
+def register_once(spark: SparkSession) -> None:
     """Register :class:`KwireDataSource` with ``spark`` unless this session has it already
     (Spark warns on every registration of a name it knows)."""
     with _registered_lock:
@@ -101,24 +111,25 @@ class RangePartition(InputPartition):
         return [_as_range(v) for v in self.value]
 
 
-def _range_tuple(r: OffsetRange) -> tuple:
+def _range_tuple(r: OffsetRange) -> tuple[str, int, int, int, str | None]:
     """``(topic, partition, from, until, topic id or None)``: JSON- and pickle-friendly."""
     return (r.topic, r.partition, r.from_offset, r.until_offset,
             None if r.topic_id is None else str(r.topic_id))
 
 
-def _include_headers(options) -> bool:
+def _include_headers(options: Mapping[str, Any]) -> bool:
     for k, v in dict(options).items():
         if k.lower() == "includeheaders":
             return str(v).strip().lower() in ("true", "1", "yes", "on")
     return False
 
 
-def _split_internal(options) -> tuple[dict, list[OffsetRange] | None, int | None]:
+def _split_internal(options: Mapping[str, str]) -> tuple[dict[str, str], list[OffsetRange] | None, int | None]:
     """The options without the internal ones; the planned ranges (or None) and the progress
     accumulator's id (or None)."""
     options = dict(options)
-    planned = progress = None
+    planned: list[OffsetRange] | None = None
+    progress: int | None = None
     for k in list(options):
         if k.lower() == PLANNED_RANGES_OPTION:
             planned = [_as_range(v) for v in json.loads(options.pop(k))]
@@ -127,7 +138,7 @@ def _split_internal(options) -> tuple[dict, list[OffsetRange] | None, int | None
     return options, planned, progress
 
 
-def _progress_accumulator(aid: int):
+def _progress_accumulator(aid: int) -> Accumulator[frozenset[RangeReport]]:
     """The driver's accumulator ``aid``, as a task sees it (pickled into the reader, it registers
     in each task's worker, which sends its updates back with the task's result)."""
     from pyspark.accumulators import _deserialize_accumulator
@@ -137,7 +148,7 @@ def _progress_accumulator(aid: int):
     return _deserialize_accumulator(aid, frozenset(), progress_param())
 
 
-def _read(settings: ReadSettings, partition: InputPartition) -> Iterator:
+def _read(settings: ReadSettings, partition: InputPartition) -> Iterator[Any]:
     if partition.value is None:  # Spark's stand-in when a plan has no partitions
         return
     read = read_range_rows if importlib.util.find_spec("pyarrow") is None else read_range_arrow
@@ -166,7 +177,7 @@ class KwireDataSource(DataSource):
                 raise batch_error from None
         return kafka_schema_ddl(_include_headers(self.options))
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         options, planned, progress = _split_internal(self.options)
         opts = parse_options(options, streaming=False)
         if opts.commit_group:
@@ -178,17 +189,17 @@ class KwireDataSource(DataSource):
             reader.settings = dataclasses.replace(reader.settings, progress=_progress_accumulator(progress))
         return reader
 
-    def streamReader(self, schema) -> DataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KwireStreamReader(parse_options(self.options, streaming=True))
 
 
 class KwireBatchReader(DataSourceReader):
-    def __init__(self, options: SourceOptions, planned: list[OffsetRange] | None = None):
+    def __init__(self, options: SourceOptions, planned: list[OffsetRange] | None = None) -> None:
         self.options = options
         self.settings = ReadSettings.from_options(options)
         self.planned = planned
 
-    def partitions(self):
+    def partitions(self) -> list[RangePartition]:
         ranges = self.planned
         if ranges is None:
             with OffsetReader(self.options) as offsets:
@@ -196,7 +207,7 @@ class KwireBatchReader(DataSourceReader):
             ranges = plan.ranges
         return [RangePartition(g) for g in planner.task_groups(ranges, self.options.max_partitions)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.settings, partition)
 
 
@@ -204,16 +215,16 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over ``[start, end)`` offsets; the driver state (a connection, the
     Trigger.AvailableNow target) stays out of what is pickled for the executors."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.settings = ReadSettings.from_options(options)
         self._offsets: OffsetReader | None = None
-        self._target: dict | None = None  # Trigger.AvailableNow: read no further than this
-        self._latest: dict | None = None
-        self._latest_ids: dict | None = None
-        self._committed: dict | None = None  # the last offsets committed to commitToGroup
+        self._target: dict[TP, int] | None = None  # Trigger.AvailableNow: read no further than this
+        self._latest: dict[TP, int] | None = None
+        self._latest_ids: dict[str, uuid.UUID] | None = None
+        self._committed: dict[str, Any] | None = None  # the last offsets committed to commitToGroup
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_offsets"] = None
         return state
@@ -225,7 +236,7 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offsets
 
     # --- offsets --------------------------------------------------------------------------
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         o = self.options
         r = self.offsets
         tps = r.partitions()
@@ -237,17 +248,19 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # batch reports offsets committed in a topic since deleted and recreated
         return planner.offsets_to_json(start, {**r.topic_ids(tps), **start_ids})
 
-    def getDefaultReadLimit(self):
-        if self.options.max_offsets_per_trigger and ReadMaxRows is not None:
+    def getDefaultReadLimit(self) -> Any:  # a ReadLimit; None before PySpark 4.2
+        if not _READ_LIMITS:
+            return None
+        if self.options.max_offsets_per_trigger:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
-        return ReadAllAvailable() if ReadAllAvailable is not None else None
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         r = self.offsets
         self._target = r.latest(r.partitions())
         _log.info("Trigger.AvailableNow reads up to %s", self._target)
 
-    def latestOffset(self, start: dict = None, limit=None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         if start:
             # Spark plans the next batch only once the one ending at `start` is done, so this
             # is the first moment the last batch of a run (Trigger.AvailableNow's included) can
@@ -285,10 +298,10 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # A partition that disappeared is left out (partitions() reports it).
         return planner.offsets_to_json(end, ids)
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         return None if self._latest is None else planner.offsets_to_json(self._latest, self._latest_ids)
 
-    def partitions(self, start: dict, end: dict):
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         o = self.options
         r = self.offsets
         begin = planner.offsets_from_json(start)
@@ -309,13 +322,13 @@ class KwireStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log_plan(plan, latest)
         return [RangePartition(g) for g in planner.task_groups(plan.ranges, o.max_partitions)]
 
-    def read(self, partition):
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.settings, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self._commit(end)
 
-    def _commit(self, end: dict) -> None:
+    def _commit(self, end: dict[str, Any]) -> None:
         group = self.options.commit_group
         if not group or end == self._committed:
             return

@@ -26,7 +26,8 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from ..admin import Admin
 from ..consumer.types import OffsetAndMetadata
@@ -48,6 +49,7 @@ __all__ = ["OffsetReader", "UnreachableClusterError", "lookup_topic_ids"]
 _log = logging.getLogger("kwire.spark")
 
 TP = tuple[str, int]  # (topic, partition)
+_T = TypeVar("_T")
 
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 _COORDINATOR_ERRORS = {14, 15, 16}  # loading, not available, not coordinator
@@ -105,10 +107,10 @@ class OffsetReader:
     def __enter__(self) -> OffsetReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _retrying(self, what: str, fn):
+    def _retrying(self, what: str, fn: Callable[[], _T]) -> _T:
         """``fn()``, retried on retriable errors with a metadata refresh in between:
         ``fetchOffset.numRetries`` times (Spark's option), except that a group coordinator that
         is loading, unavailable or moved is waited for until ``request.timeout.ms`` has passed
@@ -149,11 +151,11 @@ class OffsetReader:
         if o.subscribe_pattern is not None:
             md = client.refresh_metadata(None)
             rx = re.compile(o.subscribe_pattern)
-            out = []
-            for name, info in md.topics.items():
-                if info.is_internal or name in _INTERNAL_TOPICS or not rx.fullmatch(name):
+            out: list[TP] = []
+            for name, tinfo in md.topics.items():
+                if tinfo.is_internal or name in _INTERNAL_TOPICS or not rx.fullmatch(name):
                     continue
-                out.extend((name, p) for p in info.partitions)
+                out.extend((name, p) for p in tinfo.partitions)
             if not out:
                 _log.warning("subscribePattern=%s matches no topic", o.subscribe_pattern)
             return sorted(out)
@@ -179,7 +181,7 @@ class OffsetReader:
             raise for_code(_UNKNOWN_TOPIC_OR_PARTITION, f"assign names partitions that do not exist: {names}")
         return sorted(o.assign)
 
-    def topic_id(self, topic: str):
+    def topic_id(self, topic: str) -> uuid.UUID:
         tid = self.client.metadata.topic_id(topic)
         return tid if tid is not None else ZERO_UUID
 
@@ -190,7 +192,7 @@ class OffsetReader:
         if missing:
             self.client.refresh_metadata(missing)
 
-    def topic_ids(self, tps: Iterable[TP]) -> dict:
+    def topic_ids(self, tps: Iterable[TP]) -> dict[str, uuid.UUID]:
         """``{topic: id}`` for the topics of ``tps`` whose id the metadata (v10+) knows, as of the
         last refresh (:meth:`partitions` refreshes)."""
         md = self.client.metadata
@@ -259,7 +261,7 @@ class OffsetReader:
         """The group's committed offsets (None where it has none)."""
         return self.committed_with_ids(group, tps)[0]
 
-    def committed_with_ids(self, group: str, tps: Iterable[TP]) -> tuple[dict[TP, int | None], dict]:
+    def committed_with_ids(self, group: str, tps: Iterable[TP]) -> tuple[dict[TP, int | None], dict[str, uuid.UUID]]:
         """The group's committed offsets, and ``{topic: id}`` for the topics whose offsets kwire
         committed with the topic's id in the commit metadata (``kwire.topicId=<uuid>``): a
         different id now means the offsets belong to a deleted topic of the same name."""
@@ -269,12 +271,12 @@ class OffsetReader:
         return self._retrying(f"fetching the committed offsets of group {group!r}",
                               lambda: self._committed(group, tps))
 
-    def _committed(self, group: str, tps: list[TP]) -> tuple[dict[TP, int | None], dict]:
+    def _committed(self, group: str, tps: list[TP]) -> tuple[dict[TP, int | None], dict[str, uuid.UUID]]:
         self._learn_topic_ids({t for t, _ in tps})  # (topic_ids() answers from them next)
         got = self.admin.list_consumer_group_offsets(
             group, tps, timeout=self._config.request_timeout_ms / 1000, require_stable=True)
         out: dict[TP, int | None] = {tp: None for tp in tps}
-        ids: dict = {}
+        ids: dict[str, uuid.UUID] = {}
         for tp, om in got.items():
             if tp in out and om.offset >= 0:
                 out[tp] = om.offset
@@ -321,12 +323,17 @@ class OffsetReader:
                 "active members (UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION); use a group of its own.")
 
     # --- planning -----------------------------------------------------------------------------
-    def resolve_start(self, tps: list[TP], earliest: dict, latest: dict) -> tuple[dict[TP, int], dict]:
+    def resolve_start(self, tps: list[TP], earliest: dict[TP, int], latest: dict[TP, int]
+                      ) -> tuple[dict[TP, int], dict[str, uuid.UUID]]:
         """The starting offsets, and the ids of the topics they were taken in where that is not
         now (``startingOffsets=group``: the ids kwire committed with the offsets)."""
         o = self.options
         spec = o.starting
-        committed, start_ids = self.committed_with_ids(o.group_id, tps) if spec.kind == "group" else (None, {})
+        committed: dict[TP, int | None] | None = None
+        start_ids: dict[str, uuid.UUID] = {}
+        if spec.kind == "group":
+            assert o.group_id is not None  # (SourceOptions: startingOffsets=group needs a group)
+            committed, start_ids = self.committed_with_ids(o.group_id, tps)
         found = self.list_offsets(planner.timestamp_queries(spec, tps))
         start = planner.resolve(spec, tps, earliest=earliest, latest=latest, committed=committed,
                                 found=found, auto_offset_reset=o.auto_offset_reset,
@@ -358,7 +365,7 @@ class OffsetReader:
 _TOPIC_ID_METADATA = "kwire.topicId="
 
 
-def _committed_topic_id(metadata: str | None):
+def _committed_topic_id(metadata: str | None) -> uuid.UUID | None:
     """The topic id in commit metadata written by :meth:`OffsetReader.commit` (or None)."""
     if metadata and metadata.startswith(_TOPIC_ID_METADATA):
         try:
@@ -368,7 +375,7 @@ def _committed_topic_id(metadata: str | None):
     return None
 
 
-def lookup_topic_ids(config: Mapping, topics: Iterable[str]) -> dict:
+def lookup_topic_ids(config: Mapping[str, Any], topics: Iterable[str]) -> dict[str, uuid.UUID]:
     """``{topic: id}`` for ``topics`` (those whose id the cluster reports), from one Metadata
     request with the kwire configuration ``config`` (``kafka_rdd``'s ranges pin the topics
     they were defined on)."""

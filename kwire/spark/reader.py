@@ -33,10 +33,10 @@ import logging
 import time
 import uuid
 from collections import namedtuple
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import records as _records
 from ..config import Config, parse_config
@@ -51,6 +51,9 @@ from ..errors import (
 from ..net import NetworkClient, now_ms
 from .options import SourceOptions
 from .planner import DataLossError, OffsetRange
+
+if TYPE_CHECKING:
+    from ..net.connection import InFlight
 
 __all__ = ["ReadSettings", "KafkaRow", "KafkaRowWithHeaders", "read_range_rows", "read_range_arrow",
            "fetch_chunks", "close_cached_clients"]
@@ -89,14 +92,15 @@ class ReadSettings:
 
 # --- the per-process connection cache ----------------------------------------------------------
 
-_idle: dict[tuple, list[tuple[NetworkClient, float]]] = {}
+_Key = tuple[tuple[str, str], ...]  # a kafka configuration, hashable
+_idle: dict[_Key, list[tuple[NetworkClient, float]]] = {}
 
 
-def _cache_key(kafka: Mapping[str, Any]) -> tuple:
+def _cache_key(kafka: Mapping[str, Any]) -> _Key:
     return tuple(sorted((k, repr(v)) for k, v in kafka.items()))
 
 
-def _acquire(settings: ReadSettings) -> tuple[tuple, NetworkClient]:
+def _acquire(settings: ReadSettings) -> tuple[_Key, NetworkClient]:
     key = _cache_key(settings.kafka)
     now = time.monotonic()
     for k, entries in list(_idle.items()):  # close what nobody used for a while
@@ -107,13 +111,13 @@ def _acquire(settings: ReadSettings) -> tuple[tuple, NetworkClient]:
             else:
                 keep.append((client, last))
         _idle[k] = keep
-    entries = _idle.get(key)
-    if entries:
-        return key, entries.pop()[0]
+    idle = _idle.get(key)
+    if idle:
+        return key, idle.pop()[0]
     return key, NetworkClient(settings.config())
 
 
-def _release(key: tuple, client: NetworkClient, *, healthy: bool) -> None:
+def _release(key: _Key, client: NetworkClient, *, healthy: bool) -> None:
     if not healthy:
         client.close()
         return
@@ -160,7 +164,7 @@ class _Retry(Exception):
 
 class _Fetcher:
     def __init__(self, client: NetworkClient, cfg: Config, settings: ReadSettings, topic: str, partition: int,
-                 topic_id=None):
+                 topic_id: uuid.UUID | None = None) -> None:
         self.expected_id = topic_id  # the topic's id when the range was planned (None: unchecked)
         self.client = client
         self.cfg = cfg
@@ -185,7 +189,7 @@ class _Fetcher:
                 raise for_code(5, f"no leader for {self.where}")
         return leader
 
-    def send(self, pos: int):
+    def send(self, pos: int) -> tuple[InFlight, int]:
         client = self.client
         md = client.metadata
         leader = self.leader()
@@ -196,7 +200,7 @@ class _Fetcher:
         if tid is None:  # no topic id known: stay below Fetch v13, which names topics by id
             version = min(12, client.api_version(leader, "Fetch"))
         cfg = self.cfg
-        body = {
+        body: dict[str, Any] = {
             "replica_id": -1, "max_wait_ms": cfg.fetch_wait_max_ms, "min_bytes": 1,
             "max_bytes": max(cfg.fetch_max_bytes, self.partition_max_bytes),
             "isolation_level": self.isolation, "session_id": 0, "session_epoch": -1,
@@ -211,7 +215,7 @@ class _Fetcher:
         return client.send(leader, "Fetch", body, version=version,
                            timeout_ms=cfg.request_timeout_ms + cfg.fetch_wait_max_ms), epoch
 
-    def answer(self, f) -> dict:
+    def answer(self, f: InFlight) -> dict[str, Any]:
         """Our partition's data from a completed Fetch (errors raised)."""
         self.client.wait(f)
         if f.error is not None:
@@ -219,13 +223,15 @@ class _Fetcher:
                 raise _Retry(str(f.error))
             raise f.error
         resp = f.response
+        assert resp is not None  # (a Fetch done without an error has its answer)
         if resp.get("error_code"):
             err = for_code(resp["error_code"], f"Fetch for {self.where}")
             if err.retriable or err.invalid_metadata:
                 raise _Retry(str(err))
             raise err
         for t in resp["responses"]:
-            for p in t["partitions"]:
+            parts: list[dict[str, Any]] = t["partitions"]
+            for p in parts:
                 if p["partition_index"] == self.partition:
                     return p
         raise _Retry(f"the Fetch answer left out {self.where}")
@@ -282,7 +288,7 @@ class _Fetcher:
 
 def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, partition: int,
                  from_offset: int, until_offset: int, cfg: Config | None = None, *,
-                 topic_id=None) -> Iterator[Chunk]:
+                 topic_id: uuid.UUID | None = None) -> Iterator[Chunk]:
     """The data of ``[from_offset, until_offset)`` of one partition, as :class:`Chunk` s.
 
     ``topic_id``: the topic's id when the range was planned; another id now is data loss."""
@@ -381,16 +387,17 @@ def fetch_chunks(client: NetworkClient, settings: ReadSettings, topic: str, part
 class _Lease:
     """A cached client for the duration of one range."""
 
-    def __init__(self, settings: ReadSettings):
+    def __init__(self, settings: ReadSettings) -> None:
         self.key, self.client = _acquire(settings)
+        self.held = True
 
     def done(self, healthy: bool) -> None:
-        if self.client is not None:
+        if self.held:
             _release(self.key, self.client, healthy=healthy)
-            self.client = None
+            self.held = False
 
 
-def _as_range(r) -> OffsetRange:
+def _as_range(r: OffsetRange | Sequence[Any]) -> OffsetRange:
     """An :class:`OffsetRange` from itself or ``(topic, partition, from, until[, topic_id])``."""
     if isinstance(r, OffsetRange):
         return r
@@ -404,7 +411,7 @@ def _as_range(r) -> OffsetRange:
 _FINGERPRINT_SHIFT = 40  # kwire.spark.commit.FINGERPRINT_SHIFT (not imported: no pyspark here)
 
 
-def _reported_rows(settings: ReadSettings, r: OffsetRange, rows: Iterator[tuple]) -> Iterator[tuple]:
+def _reported_rows(settings: ReadSettings, r: OffsetRange, rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
     n = fp = 0
     mask = r.partition << _FINGERPRINT_SHIFT
     for row in rows:
@@ -428,7 +435,8 @@ def _reported_batches(settings: ReadSettings, r: OffsetRange, batches: Iterator[
     settings.progress.add(frozenset([(r.topic, r.partition, r.from_offset, r.until_offset, n, fp)]))
 
 
-def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
+def read_range_rows(settings: ReadSettings, offset_range: OffsetRange | Sequence[Any]
+                    ) -> Iterator[tuple[Any, ...]]:
     """The records of one range as :class:`KafkaRow` (or :class:`KafkaRowWithHeaders`) tuples:
     ``key`` bytes | None, ``value`` bytes | None, ``topic``, ``partition``, ``offset``,
     ``timestamp`` (UTC datetime), ``timestampType`` (0 create, 1 log append, -1 none), and
@@ -440,7 +448,7 @@ def read_range_rows(settings: ReadSettings, offset_range) -> Iterator[tuple]:
     return rows if settings.progress is None else _reported_rows(settings, r, rows)
 
 
-def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
+def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple[Any, ...]]:
     if r.size == 0:
         return
     cfg = settings.config()
@@ -473,7 +481,8 @@ def _read_rows(settings: ReadSettings, r: OffsetRange) -> Iterator[tuple]:
         lease.done(ok)
 
 
-def read_range_arrow(settings: ReadSettings, offset_range, schema=None) -> Iterator[Any]:
+def read_range_arrow(settings: ReadSettings, offset_range: OffsetRange | Sequence[Any],
+                     schema: Any = None) -> Iterator[Any]:
     """The records of one range as ``pyarrow.RecordBatch`` es in the Spark Kafka schema
     (see :mod:`kwire.spark.arrow`), decoded column-wise without per-record objects.
 
@@ -483,7 +492,7 @@ def read_range_arrow(settings: ReadSettings, offset_range, schema=None) -> Itera
     return batches if settings.progress is None else _reported_batches(settings, r, batches)
 
 
-def _read_arrow(settings: ReadSettings, r: OffsetRange, schema) -> Iterator[Any]:
+def _read_arrow(settings: ReadSettings, r: OffsetRange, schema: Any) -> Iterator[Any]:
     from . import arrow as _arrow
 
     if r.size == 0:
