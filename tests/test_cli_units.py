@@ -167,7 +167,8 @@ def test_commands_use_public_apis_and_nothing_imports_them():
     import kwire
 
     root = Path(kwire.__file__).parent
-    allowed = {"kwire.admin", "kwire.producer", "kwire.consumer", "kwire.config", "kwire.errors", "kwire.net",
+    allowed = {"kwire.admin", "kwire.producer", "kwire.consumer", "kwire.records", "kwire.config",
+               "kwire.errors", "kwire.net",
                "kwire.net.metadata", "kwire.protocol", "kwire.protocol.api", "kwire.protocol.schema",
                "kwire.protocol.error_codes", "kwire.debug.trace", "kwire.commands"}
     problems = []

@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..config import parse_config
 from ..consumer import (  # types only: no network layer yet
@@ -56,26 +56,7 @@ from .common import (
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
-
-
-class _Record(Protocol):
-    """What the command shows of a record (kwire's Record)."""
-    @property
-    def topic(self) -> str | None: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp(self) -> int: ...
-    @property
-    def timestamp_type(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> list[tuple[str, bytes | None]]: ...
+    from ..records import Record
 
 
 _TSTYPE = {0: "create", 1: "logappend"}
@@ -284,7 +265,7 @@ class _Printer:
             self.stream.write(data.decode("utf-8", "replace"))
 
 
-def record_json(r: _Record) -> dict[str, Any]:
+def record_json(r: Record) -> dict[str, Any]:
     obj: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "offset": r.offset,
            "tstype": _TSTYPE.get(r.timestamp_type, "none"), "ts": r.timestamp, "headers": []}
     for hk, hv in r.headers or ():
@@ -315,7 +296,7 @@ def _shown(data: bytes | None) -> str:
     return f"base64:{text}" if b64 else _printable(text)
 
 
-def record_text(r: _Record) -> str:
+def record_text(r: Record) -> str:
     """``topic [partition] @offset  timestamp  key=K  h=v ...  value`` (values escaped onto one line)."""
     parts = [f"{r.topic} [{r.partition}] @{r.offset}", iso_ms(r.timestamp) or "-"]
     if r.key is not None:
