@@ -1328,15 +1328,43 @@ cdef class _RecDecoder:
                 return self.v2_next()
             self.v2_end()
         except BaseException as exc:
-            compressed = self.in_decompressed
-            self.release_run()
-            self.stop_pipe()
-            self.pos = self.end
-            if isinstance(exc, ProtocolError):
-                raise _rec_rewrap(exc, self.run_start, compressed)
+            self.lazy_failed(exc)
             raise
         self.release_run()
         return None
+
+    cdef Py_ssize_t lazy_fill(self, list out, Py_ssize_t n) except -1:
+        # lazy_next n times into out, with one try for the lot: the records appended (at most
+        # n); fewer when the run ended (checked, as lazy_next checks it: only when one more
+        # record is asked for).
+        cdef Py_ssize_t k = 0
+        cdef Record r
+        if self.busy:
+            _rec_busy()
+        try:
+            while k < n and self.run.remaining > 0:
+                r = self.v2_next()
+                out.append(r)
+                k += 1
+            if k == n:
+                return k
+            self.v2_end()
+        except BaseException as exc:
+            self.lazy_failed(exc)
+            raise
+        self.release_run()
+        return k
+
+    cdef int lazy_failed(self, BaseException exc) except -1:
+        # A record of the active run could not be decoded: the decoder is done with this
+        # data; a ProtocolError is raised again with the batch's position.
+        cdef bint compressed = self.in_decompressed
+        self.release_run()
+        self.stop_pipe()
+        self.pos = self.end
+        if isinstance(exc, ProtocolError):
+            raise _rec_rewrap(exc, self.run_start, compressed)
+        return 0
 
     @cython.boundscheck(False)
     cdef Record v2_next(self):
@@ -1776,6 +1804,36 @@ cdef class _RecordIterator:
         return self.dec.data_bytes
 
     def __next__(self):
+        cdef object r = self.next_or_none()
+        if r is None:
+            raise StopIteration
+        return r
+
+    def take(self, Py_ssize_t n):
+        """``list(islice(self, n))``: up to ``n`` records, fewer when the data ended or
+        ``stop_at`` stopped it (an empty list: nothing more now), without the iterator
+        protocol per record.  An error raises as iterating would, and the records of this
+        call go with it."""
+        cdef list out = []
+        cdef Py_ssize_t k
+        cdef object r
+        cdef _RecDecoder dec = self.dec
+        while n > 0:
+            if dec.run_active:
+                k = dec.lazy_fill(out, n)
+                self.handed += k
+                n -= k
+                if n == 0 or dec.run_active:
+                    break
+            r = self.next_or_none()
+            if r is None:
+                break
+            out.append(r)
+            n -= 1
+        return out
+
+    cdef object next_or_none(self):
+        # __next__'s work: the next record, or None (the data ended, or stop_at stops it)
         cdef _RecEntry e
         cdef _RecDecoder dec = self.dec
         cdef object r
@@ -1794,10 +1852,10 @@ cdef class _RecordIterator:
             self.idx = self.n = 0
             if self.exhausted or (self.stop_at >= 0 and dec.data_bytes
                                   + self.handed * self.record_cost >= self.stop_at):
-                raise StopIteration
+                return None
             if not dec.next_entry(&e):
                 self.exhausted = True
-                raise StopIteration
+                return None
             if e.is_control or dec.run_active:
                 continue
             self.cur = dec.records

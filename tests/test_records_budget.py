@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from kwire.errors import KwireError
 from tests.test_records import (  # noqa: F401  (codec and compiled are fixtures)
     _worker_mix,
     codec,
@@ -17,6 +18,7 @@ from tests.test_records import (  # noqa: F401  (codec and compiled are fixtures
     kp_v2,
     legacy_message,
     tuples,
+    v2_patch,
 )
 
 RECORDS_SECTION = 61  # a v2 batch's header; the rest is its records section
@@ -138,3 +140,62 @@ def test_iterators_in_cyclic_garbage_are_collected(pure):
     out = subprocess.run([sys.executable, "-c", _CYCLE], cwd=root, env=env, capture_output=True,
                          text=True, timeout=120, check=False)
     assert (out.returncode, out.stdout.strip()) == (0, "collected"), out.stderr[-2000:]
+
+
+def _take_vs_islice(codec, data, steps, stop_at=None):
+    """Call by call, what take(n) and list(islice(it, n)) give on two iterators over ``data``:
+    the offsets of each call (or the error it raised) and the iterator's counters after it."""
+    from itertools import islice
+
+    out = []
+    for how in ("take", "islice"):
+        it = codec.iter_records(data)
+        if stop_at is not None:
+            it.record_cost, it.stop_at = 100, stop_at
+        calls = []
+        for n in steps:
+            try:
+                got = it.take(n) if how == "take" else list(islice(it, n))
+            except KwireError as e:
+                calls.append((type(e).__name__, str(e)))
+                break
+            calls.append(([r.offset for r in got], it.handed, it.exhausted, it.record_bytes))
+        out.append(calls)
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd"])
+def test_take_gives_what_islice_gives(codec, compression):
+    # v2 batches of 1, 7, 30 and 2 records, a legacy message set between them and a control
+    # batch: take(n) for steps that end inside runs, exactly at their ends and past them
+    batches, base = [], 0
+    for i, n in enumerate((1, 7, 30, 2)):
+        batches.append(kp_v2(_recs(i, n), base, compression))
+        base += n
+    # a legacy message and a control batch (a COMMIT marker) after the records so far
+    marker = kp_v2([(b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x05", [], 1234)], base + 1,
+                   transactional=True, producer_id=9, producer_epoch=1, base_sequence=0)
+    batches.insert(2, legacy_message(base, 1, b"k", b"legacy", timestamp=5))
+    batches.insert(3, v2_patch(marker, attributes_or=0x20))
+    data = b"".join(batches)
+    for steps in ([1] * 50, [7] * 10, [8, 1, 30, 2, 5], [100], [3, 0, 4, 2, 1, 64]):
+        took, sliced = _take_vs_islice(codec, data, steps)
+        assert took == sliced, steps
+        assert sum(len(c[0]) for c in took) == base + 1
+    # with stop_at: the same stops before a batch, and the same resumption
+    took, sliced = _take_vs_islice(codec, data, [5, 5, 50, 50, 50], stop_at=1)
+    assert took == sliced and took[0][0] == [0] and not took[0][2]
+
+
+def test_take_raises_where_islice_raises(codec):
+    # the third batch says 12 records but holds 10 (its CRC made right): its eleventh record
+    # runs past the batch; the call that reaches it raises, and the records of that call go
+    # with it, as iterating gives them
+    good = [kp_v2(_recs(i, 10), 10 * i) for i in range(4)]
+    data = b"".join([good[0], good[1], v2_patch(good[2], records_count=12), good[3]])
+    for steps in ([4] * 20, [10, 10, 1, 50], [25, 25], [20, 5, 5, 5], [30, 1]):
+        took, sliced = _take_vs_islice(codec, data, steps)
+        assert took == sliced, steps
+        assert took[-1][0] == "CorruptRecordError"
+        handed = [o for c in took[:-1] for o in c[0]]
+        assert handed == list(range(len(handed))) and len(handed) <= 30

@@ -281,6 +281,7 @@ class ChunkDecoder:
             if it is None:
                 it = chunk.it = self._records_of(chunk)
             counted = getattr(it, "record_bytes", None) is not None
+            take = getattr(it, "take", None)  # (kwire.records' iterators: list(islice()) in one call)
             # kwire.records' iterator stops before a batch once record_bytes reaches stop_at:
             # a piece is whole batches up to about max_bytes, cut further by a record count
             # (the objects) within a batch of many small records
@@ -301,7 +302,7 @@ class ChunkDecoder:
                     step = max(1, min(_MAX_STEP, room // RECORD_OVERHEAD_BYTES))
                 if chunk.careful:
                     step = 1
-                got = list(islice(it, step))
+                got = take(step) if take is not None else list(islice(it, step))
                 n = len(got)
                 if counted:
                     b = it.record_bytes
