@@ -324,3 +324,33 @@ def test_the_shipping_recipe_on_a_standalone_cluster(spark_cluster, kafka, uniqu
     assert got.get("stream") == want, got.get("stream_error") or len(got.get("stream", ()))
     print("kwire: spark-submit runs took " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
           + f"; inside the jobs (s since start): {inside}", file=sys.stderr)
+
+
+
+_PROBE_IN_A_FRESH_WORKER = r"""
+import json, sys
+import pyarrow as pa
+from kwire.spark.executors import _probe
+ids = pa.RecordBatch.from_arrays([pa.Array.from_buffers(pa.int64(), 3, [None, pa.py_buffer(bytes(24))])],
+                                 names=["id"])
+batches = list(_probe("arrow_probe")(iter([ids])))
+print(json.dumps({"pandas": "pandas" in sys.modules, "batches": [b.to_pylist() for b in batches]}))
+"""
+
+
+def test_the_executor_probe_does_not_import_pandas():
+    # The probe runs in the Python workers the read tasks then reuse: what it imports, a cold
+    # job pays in each worker before the first record (pandas: ~0.3 s), and the read tasks
+    # need no pandas.  pa.array() would import it (to check whether it was given a pandas
+    # object): the probe builds its columns from buffers.
+    out = subprocess.run([sys.executable, "-c", _PROBE_IN_A_FRESH_WORKER],
+                         capture_output=True, text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["pandas"] is False
+    (batch,) = got["batches"]
+    assert len(batch) == 3
+    from kwire import __version__
+    for report in batch:  # every field of a good report; the error column null
+        assert report["kwire"] == __version__ and report["error"] is None
+        assert report["exe"] and report["version"] == sys.version.split()[0]
+        assert report["impl"] in ("cython", "python")

@@ -56,6 +56,21 @@ def probe(_):
 # Python start-up in a cold job).
 _ARROW_PROBE_SOURCE = _PROBE_SOURCE + '''
 
+def strings(pa, values):
+    # A string column made from its buffers: pa.array() imports pandas (to see whether it was
+    # given a pandas object), a third of a second of each cold worker's start that the read
+    # tasks after the probe never need.
+    import array
+    offsets, data, valid = array.array("i", [0]), bytearray(), bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        if v is not None:
+            data += v.encode()
+            valid[i >> 3] |= 1 << (i & 7)
+        offsets.append(len(data))
+    return pa.Array.from_buffers(pa.string(), len(values), [
+        pa.py_buffer(bytes(valid)), pa.py_buffer(offsets.tobytes()), pa.py_buffer(bytes(data))])
+
+
 def arrow_probe(batches):
     import pyarrow as pa
     rows = []
@@ -63,7 +78,7 @@ def arrow_probe(batches):
         for _ in range(batch.num_rows):
             rows.extend(probe(None))
     cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
-    yield pa.RecordBatch.from_arrays([pa.array(list(c), pa.string()) for c in cols],
+    yield pa.RecordBatch.from_arrays([strings(pa, list(c)) for c in cols],
                                      names=["exe", "version", "kwire", "impl", "error"])
 '''
 _ARROW_PROBE_SCHEMA = "exe string, version string, kwire string, impl string, error string"
