@@ -21,18 +21,30 @@ import dataclasses
 import importlib.util
 import json
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..config import parse_config
 from ..errors import ConfigError, KwireError
-from .commit import PendingCommit, commit_after_full_read, progress_param
+from .commit import PendingCommit, RangeReport, commit_after_full_read, progress_param
 from .executors import check_executors
 from .offset_reader import OffsetReader, lookup_topic_ids
-from .options import parse_options
-from .planner import OffsetRange, task_groups
+from .options import SourceOptions, parse_options
+from .planner import OffsetRange, Plan, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark import RDD, SparkContext
+    from pyspark.accumulators import Accumulator
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+# a range as the tasks get it: (topic, partition, from, until, topic id or None)
+RangeTuple = tuple[str, int, int, int, 'str | None']
+# a mapInArrow function: Arrow batches in, Arrow batches out
+ArrowFunction = Callable[[Iterator['pa.RecordBatch']], Iterator['pa.RecordBatch']]
 
 __all__ = ["read_kafka", "map_kafka_arrow", "kafka_rdd", "kafka_arrow_rdd", "await_commit", "PendingCommit"]
 
@@ -53,7 +65,7 @@ class _ArrowTaskGroups:
         self.groups = [tuple(_range_tuple(r) for r in g) for g in groups]
         self.__name__ = describe_ranges([r for g in groups for r in g])
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from .arrow import kafka_arrow_schema
 
         schema = kafka_arrow_schema(self.settings.include_headers)
@@ -68,14 +80,14 @@ class _FusedArrowTaskGroups(_ArrowTaskGroups):
     ``i`` and hands the batches straight to the user's function in the same Python worker --
     the records never cross to the JVM and back before the user's code sees them."""
 
-    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]], func,
+    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]], func: ArrowFunction,
                  columns: tuple[str, ...] | None):
         super().__init__(settings, groups)
         self.func = func
         self.columns = columns
         self.__name__ = f"{getattr(func, '__name__', 'func')} over {self.__name__}"
 
-    def __call__(self, batches):
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         kafka_batches = super().__call__(batches)
         if self.columns is not None:
             columns = list(self.columns)
@@ -115,7 +127,8 @@ class _GroupReader:
         self.settings = settings
         self.arrow = arrow
 
-    def __call__(self, groups):
+    def __call__(self, groups: Iterable[Sequence[OffsetRange | Sequence[Any]]]) -> Iterator[Any]:
+        read: Callable[[OffsetRange | Sequence[Any]], Iterator[Any]]
         if self.arrow:
             from .arrow import kafka_arrow_schema
 
@@ -128,7 +141,8 @@ class _GroupReader:
                 yield from read(r)
 
 
-def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
+def _ranges_rdd(sc: SparkContext, ranges: list[OffsetRange], num_partitions: int | None
+                ) -> RDD[list[OffsetRange]]:
     """An RDD with one element per task: the list of ranges that task reads."""
     if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)
                                        or num_partitions < 1):
@@ -138,7 +152,7 @@ def _ranges_rdd(sc, ranges: list[OffsetRange], num_partitions: int | None):
     return sc.parallelize(groups, max(1, len(groups)))
 
 
-def _range_tuple(r: OffsetRange) -> tuple:
+def _range_tuple(r: OffsetRange) -> RangeTuple:
     return (r.topic, r.partition, r.from_offset, r.until_offset, None if r.topic_id is None else str(r.topic_id))
 
 
@@ -162,11 +176,11 @@ _PLANNING_ONLY = {name.lower() for name in (
     "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition")}
 
 
-def _data_source_available(spark) -> bool:
+def _data_source_available(spark: SparkSession) -> bool:
     return hasattr(spark, "dataSource") and _have("pyarrow")  # the Python Data Source API (Spark 4)
 
 
-def read_kafka(spark, *, reader: str = "auto", **options: Any):
+def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> DataFrame:
     """A DataFrame of the records the options select (Spark's Kafka source options; see
     :mod:`kwire.spark.options`), in Spark's Kafka schema.
 
@@ -218,7 +232,7 @@ def read_kafka(spark, *, reader: str = "auto", **options: Any):
     return df
 
 
-def _plan_batch(spark, opts) -> tuple[Any, ReadSettings, Any]:
+def _plan_batch(spark: SparkSession, opts: SourceOptions) -> tuple[Plan, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
     """Plan a batch read on the driver: (plan, executor settings, progress accumulator or
     None -- with commitToGroup, the read tasks report each range they read to its end)."""
     with OffsetReader(opts) as offsets:
@@ -232,7 +246,8 @@ def _plan_batch(spark, opts) -> tuple[Any, ReadSettings, Any]:
     return plan, settings, progress
 
 
-def map_kafka_arrow(spark, func, schema, *, columns: Iterable[str] | None = None, **options: Any):
+def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType | str, *,
+                    columns: Iterable[str] | None = None, **options: Any) -> DataFrame:
     """``func`` over the records the options select, inside the read tasks: a DataFrame of
     what ``func`` yields, in ``schema`` (a DDL string or StructType).
 
@@ -270,8 +285,9 @@ def _rdd_settings(config: Mapping[str, Any], include_headers: bool, fail_on_data
     return ReadSettings(dict(cfg.user), include_headers, fail_on_data_loss, poll_timeout_ms)
 
 
-def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
-              include_headers: bool = False, fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
+def kafka_rdd(sc: SparkContext, config: Mapping[str, Any], offset_ranges: Iterable[OffsetRange | Sequence[Any]], *,
+              num_partitions: int | None = None, include_headers: bool = False, fail_on_data_loss: bool = True,
+              poll_timeout_ms: int = 120_000) -> RDD[tuple[Any, ...]]:
     """An RDD of the records in ``offset_ranges``.
 
     ``config`` is a kwire configuration (``{"bootstrap.servers": ...}``); each range is an
@@ -296,7 +312,8 @@ def kafka_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_par
     return _ranges_rdd(sc, ranges, num_partitions).mapPartitions(_GroupReader(settings))
 
 
-def _pin_topic_ids(config: Mapping[str, Any], offset_ranges: Iterable) -> list[OffsetRange]:
+def _pin_topic_ids(config: Mapping[str, Any], offset_ranges: Iterable[OffsetRange | Sequence[Any]]
+                   ) -> list[OffsetRange]:
     """The ranges, each with the id its topic has now unless it names one (one Metadata request
     for the topics without): the RDD reads the topics as they are when it is defined."""
     ranges = [_as_range(r) for r in offset_ranges]
@@ -307,8 +324,9 @@ def _pin_topic_ids(config: Mapping[str, Any], offset_ranges: Iterable) -> list[O
     return [r if r.topic_id is not None else dataclasses.replace(r, topic_id=ids.get(r.topic)) for r in ranges]
 
 
-def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, num_partitions: int | None = None,
-                    include_headers: bool = False, fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000):
+def kafka_arrow_rdd(sc: SparkContext, config: Mapping[str, Any], offset_ranges: Iterable[OffsetRange | Sequence[Any]],
+                    *, num_partitions: int | None = None, include_headers: bool = False,
+                    fail_on_data_loss: bool = True, poll_timeout_ms: int = 120_000) -> RDD[pa.RecordBatch]:
     """An RDD of ``pyarrow.RecordBatch`` es holding the records in ``offset_ranges``, in the
     Spark Kafka schema (:func:`~kwire.spark.arrow.kafka_arrow_schema`), decoded column-wise
     in the executors without a Python object per record: for jobs that work on Arrow data
@@ -323,10 +341,10 @@ def kafka_arrow_rdd(sc, config: Mapping[str, Any], offset_ranges: Iterable, *, n
 
 # --- commitToGroup for batch reads: kwire.spark.commit ----------------------------------------------
 
-def await_commit(df, timeout_s: float | None = None) -> dict:
+def await_commit(df: DataFrame, timeout_s: float | None = None) -> dict[tuple[str, int], int]:
     """Wait for the ``commitToGroup`` commit of a :func:`read_kafka` DataFrame; return the
     committed offsets ``{(topic, partition): offset}``."""
-    pending = getattr(df, "kwire_commit", None)
+    pending: PendingCommit | None = getattr(df, "kwire_commit", None)
     if pending is None:
         raise KwireError("this DataFrame has no commit pending (was it made by read_kafka with "
                          "commitToGroup?  Derived DataFrames do not carry it)")
