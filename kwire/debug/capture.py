@@ -334,9 +334,13 @@ def read_segments(path: str | os.PathLike[str] | IO[bytes]) -> tuple[list[Connec
     notes: list[Item] = []
     by_key: dict[tuple[Endpoint, Endpoint], Connection] = {}
     done: list[Connection] = []
-    name = "stdin" if hasattr(path, "read") else os.fspath(path)
-    with (contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")) as f:
-        mapped = None if hasattr(path, "read") else _mapped_pcap(f)
+    opened: contextlib.AbstractContextManager[IO[bytes]]
+    if isinstance(path, (str, os.PathLike)):
+        name, named, opened = os.fspath(path), True, open(path, "rb")
+    else:  # a binary file object (standard input)
+        name, named, opened = "stdin", False, contextlib.nullcontext(path)
+    with opened as f:
+        mapped = _mapped_pcap(f) if named else None
         if mapped is not None:
             linktype, packets = mapped
         else:
@@ -577,9 +581,14 @@ class Piece:
     kind: str
     offset: int
     data: bytes | memoryview  # a frame's: a memoryview of the stream's bytes
-    size: int | None = None  # the frame's size field
+    size: int | None = None  # the frame's size field (a frame's is len(data))
     reason: str | None = None
     header: bytes | None = None  # a damaged frame's first 8 payload bytes when captured
+
+    @property
+    def end(self) -> int:
+        """The stream offset just after the piece (a frame: after its size prefix and payload)."""
+        return self.offset + (4 if self.kind == "frame" else 0) + len(self.data)
 
 
 # How plausible it is that a frame starts at an offset: NO; WEAK (its header is sane but the
@@ -840,22 +849,22 @@ def decode_response_item(payload: bytes | memoryview, size: int, req: Item | Non
         return Item("undecoded", to_broker=False, data=_I32.pack(size) + bytes(payload), problem=True, reason=(
             f"response with correlation id {corr}: no request with that id on this connection "
             "in the capture, so its api and version are unknown"), **common)
-    a = P.APIS.get(req.api_key)
-    if a is None:
-        it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=api_name(req.api_key),
-                  api_key=req.api_key, version=req.version,
-                  reason=f"response to {api_name(req.api_key)} (api key {req.api_key}), which kwire's "
+    key, version = req.api_key, req.version  # (a paired request's header was read: both are set)
+    if key is None or version is None or (a := P.APIS.get(key)) is None:
+        it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=api_name(key),
+                  api_key=key, version=version,
+                  reason=f"response to {api_name(key)} (api key {key}), which kwire's "
                          "protocol tables do not declare", **common)
     else:
         try:
-            rf = P.decode_response(a, req.version, payload, size_prefix=False)
+            rf = P.decode_response(a, version, payload, size_prefix=False)
         except KwireError as exc:
             payload = bytes(payload)
-            part = partial_response(a, req.version, payload) if a.decodes(req.version) \
+            part = partial_response(a, version, payload) if a.decodes(version) \
                 else None
             it = Item("undecoded", to_broker=False, data=_I32.pack(size) + payload, problem=True, api=a.name, api_key=a.key,
-                      version=req.version, partial=part,
-                      reason=f"{a.name} v{req.version} response cannot be decoded: "
+                      version=version, partial=part,
+                      reason=f"{a.name} v{version} response cannot be decoded: "
                              f"{part.reason if part is not None and part.reason else _describe_error(exc)}",
                       **common)
         else:
@@ -930,9 +939,9 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
 
     def damaged_partial(piece: Piece, decode: Callable[[bytes], Partial]) -> Partial | None:
         """A cut frame: decode its first run of captured bytes as far as they go."""
-        if piece.header is None:
+        if piece.header is None or piece.size is None:  # (a header is kept only with the size)
             return None
-        result = decode(piece.data[4:])
+        result = decode(bytes(piece.data[4:]))
         result.note = (f"the capture has {len(piece.data)} of the frame's {piece.size + 4} bytes "
                        "before its first gap")
         return result
@@ -940,7 +949,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
     # Requests first: their headers tell us how to decode the responses.
     pending: dict[int, deque[Item]] = {}  # correlation id -> requests waiting for their response
     for piece in split_frames(up, request_start, min_size=MIN_REQUEST_BYTES):
-        last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
+        last_byte = piece.end - 1
         ts, packet = up.time_at(last_byte), up.packet_at(last_byte)
         if piece.kind == "junk":
             item("undecoded", True, ts=up.time_at(piece.offset), packet=up.packet_at(piece.offset),
@@ -959,10 +968,10 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                     it.client_id = it.partial.header.get("client_id")
                 pending.setdefault(corr, deque()).append(it)
             continue
-        it, expect = decode_request_item(piece.data, piece.size, ts=ts, packet=packet, offset=piece.offset,
+        it, expect = decode_request_item(piece.data, len(piece.data), ts=ts, packet=packet, offset=piece.offset,
                                          client=ctext, broker=btext, connection=index)
         items.append(it)
-        if expect:
+        if expect and it.correlation_id is not None:
             pending.setdefault(it.correlation_id, deque()).append(it)
 
     def unanswered() -> set[int]:
@@ -972,7 +981,7 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
         resp.request, req.response = req, resp
 
     for piece in split_frames(down, response_start(unanswered), min_size=MIN_RESPONSE_BYTES):
-        last_byte = piece.offset + (4 + piece.size if piece.kind == "frame" else len(piece.data)) - 1
+        last_byte = piece.end - 1
         ts, packet = down.time_at(last_byte), down.packet_at(last_byte)
         if piece.kind != "frame":
             junk = piece.kind == "junk"
@@ -985,15 +994,16 @@ def _decode_connection(conn: Connection, index: int, broker: Endpoint, streams: 
                 q = pending.get(corr)
                 if q:
                     req = q.popleft()
-                    it.correlation_id, it.api_key, it.version, it.api = corr, req.api_key, req.version, req.api
+                    key, version = req.api_key, req.version
+                    it.correlation_id, it.api_key, it.version, it.api = corr, key, version, req.api
                     pair(it, req)
-                    if P.APIS.get(req.api_key) is not None:
+                    if key is not None and version is not None and P.APIS.get(key) is not None:
                         it.partial = damaged_partial(
-                            piece, functools.partial(partial_response, req.api_key, req.version))
+                            piece, functools.partial(partial_response, key, version))
             continue
         corr = P.peek_correlation_id(piece.data)
         q = pending.get(corr)
-        items.append(decode_response_item(piece.data, piece.size, q.popleft() if q else None, ts=ts, packet=packet,
+        items.append(decode_response_item(piece.data, len(piece.data), q.popleft() if q else None, ts=ts, packet=packet,
                                           offset=piece.offset, client=ctext, broker=btext, connection=index))
 
     left = sorted((p.correlation_id, p.api or "?") for qq in pending.values() for p in qq)
