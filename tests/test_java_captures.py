@@ -150,10 +150,20 @@ def test_the_java_tools_did_their_work(java_capture):
 
 def test_every_frame_decodes_with_nothing_left_over(java_capture):
     result = decode_capture(java_capture["path"], ports=[java_capture["port"]], auto_detect=False)
-    problems = [(i.kind, i.api, i.version, i.reason) for i in result.items if i.problem]
+    # The broker is the session's: a connection another test left open before tcpdump started
+    # (a group member still heartbeating) starts mid-stream -- not the Java tools', whose
+    # connections all open in the capture.
+    earlier = {i.connection for i in result.items
+               if i.kind == "note" and "capture starts mid-connection" in (i.reason or "")}
+    java = [i for i in result.items if i.connection not in earlier]
+    assert len(java) > 100 and all(i.connection is not None for i in result.items)
+    problems = [(i.kind, i.api, i.version, i.reason) for i in java if i.problem]
     assert problems == []
-    assert result.stats["undecoded"] == 0 and result.stats["undecoded_bytes"] == 0 and result.stats["gaps"] == 0
-    requests, responses = result.frames("request"), result.frames("response")
+    if not earlier:  # (the statistics count every connection)
+        assert result.stats["undecoded"] == 0 and result.stats["undecoded_bytes"] == 0
+    assert result.stats["gaps"] == 0
+    requests = [i for i in java if i.kind == "request"]
+    responses = [i for i in java if i.kind == "response"]
     # Every request of a connection opened in the capture has its answer (Produce acks=0 aside).
     assert len(requests) == len(responses) > 50
     seen = _pairs(requests)
