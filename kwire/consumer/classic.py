@@ -102,7 +102,7 @@ class ClassicGroupMember(GroupCoordinator):
         self.is_leader = False
         if reset_member_id:
             self.member_id = ""
-        self._hb_inflight = False
+        self.heartbeat.in_flight = False
         self._sync_inflight = False
         self._join_inflight = False
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
@@ -153,9 +153,9 @@ class ClassicGroupMember(GroupCoordinator):
             ds.append(self._join_next_ms)
         if known and self.state in (MemberState.STABLE, MemberState.PREPARING) \
                 and self._generation_valid():
-            if not self._hb_inflight:
-                ds.append(self._hb_next_ms)
-            ds.append(self._last_hb_ok_ms + self.session_timeout_ms + 1)
+            if not self.heartbeat.in_flight:
+                ds.append(self.heartbeat.next_ms)
+            ds.append(self.heartbeat.session_deadline_ms())
 
     def _begin_rebalance(self, now_ms: int) -> None:
         self._rejoin_needed = False
@@ -342,8 +342,7 @@ class ClassicGroupMember(GroupCoordinator):
         assignment = decode_member_assignment(resp.get("assignment"))
         assigned = sorted(set(assignment.partitions))
         self._to(MemberState.STABLE, f"generation {self.generation}")
-        self._last_hb_ok_ms = now_ms
-        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        self.heartbeat.restart(now_ms, at_once=False)
         self._snapshot = self._current_snapshot()
         if self.auto_commit:
             self.commits.next_auto_commit_ms = now_ms + self.auto_commit_interval_ms
@@ -362,13 +361,11 @@ class ClassicGroupMember(GroupCoordinator):
             self.request_rejoin("subscription changed during the rebalance")
 
     def _maybe_heartbeat(self, now_ms: int, out: list[Request]) -> None:
-        if (self._hb_inflight or self.coordinator_id is None or not self._generation_valid()
-                or now_ms < self._hb_next_ms):
+        if self.coordinator_id is None or not self._generation_valid() or not self.heartbeat.due(now_ms):
             return
         body = {"group_id": self.group_id, "generation_id": self.generation,
                 "member_id": self.member_id, "group_instance_id": self.group_instance_id}
-        self._hb_inflight = True
-        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        self.heartbeat.sent(now_ms)
         out.append(Request(COORDINATOR, "Heartbeat", lambda v: body,
                            max_version=_MAX_VERSION["Heartbeat"], timeout_ms=min(self.request_timeout_ms, self.session_timeout_ms),
                            context=self._ctx("heartbeat"), owner=self))
@@ -376,7 +373,7 @@ class ClassicGroupMember(GroupCoordinator):
     def _on_heartbeat(self, req: Request, resp: dict[str, Any] | BaseException, now_ms: int) -> None:
         ctx: _Ctx = req.context
         if ctx.coordinator_epoch == self._coordinator_epoch:
-            self._hb_inflight = False
+            self.heartbeat.in_flight = False
         if ctx.generation != self.generation or ctx.member_id != self.member_id:
             return  # answers a generation we left
         if isinstance(resp, BaseException):
@@ -385,10 +382,10 @@ class ClassicGroupMember(GroupCoordinator):
             return
         code = resp.get("error_code", 0)
         if code == 0:
-            self._last_hb_ok_ms = now_ms
+            self.heartbeat.got_through(now_ms)
             return
         if code == E.REBALANCE_IN_PROGRESS:
-            self._last_hb_ok_ms = now_ms
+            self.heartbeat.got_through(now_ms)
             if self.state is MemberState.STABLE:
                 self.request_rejoin("the group is rebalancing")
             return
@@ -407,7 +404,7 @@ class ClassicGroupMember(GroupCoordinator):
             self.mark_coordinator_unknown(f"heartbeat: {broker_error(code)}", now_ms)
             return
         # COORDINATOR_LOAD_IN_PROGRESS and anything else: try again soon.
-        self._hb_next_ms = now_ms + self.retry_backoff_ms
+        self.heartbeat.back_off(now_ms)
 
     def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
         # (static members say no goodbye: KIP-345)

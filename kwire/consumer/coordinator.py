@@ -55,7 +55,7 @@ from .assignors import (
 from .discovery import CoordinatorDiscovery
 from .group_offsets import Commits, CommittedOffsets
 from .leaving import Leaving
-from .liveness import PollInterval
+from .liveness import Heartbeat, PollInterval
 from .member_state import MemberState as MemberState  # (re-exported: the states' old home)
 from .revocation import Revocation, Revocations
 from .subscription import FetchState, SubscriptionState
@@ -131,7 +131,6 @@ class GroupCoordinator(ABC):
         self.protocol = rebalance_protocol(self.assignors)
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
         self.auto_commit = enable_auto_commit and group_id is not None
@@ -152,10 +151,8 @@ class GroupCoordinator(ABC):
         self._join_reason = "initial join"
         self._rejoin_needed = False
 
-        # heartbeats and liveness
-        self._hb_inflight = False
-        self._hb_next_ms = 0
-        self._last_hb_ok_ms = now_ms
+        # liveness: the session (heartbeats) and the poll limit, machines of their own (liveness.py)
+        self.heartbeat = Heartbeat(heartbeat_interval_ms, session_timeout_ms, retry_backoff_ms, now_ms)
         self.poll_interval = PollInterval(rebalance_timeout_ms, now_ms)  # (max.poll.interval.ms)
 
         # leaving (close(), unsubscribe(), the poll limit): a machine of its own (leaving.py)
@@ -328,7 +325,7 @@ class GroupCoordinator(ABC):
         if self.coordinator_id is not None:
             log.info("group %s: coordinator %s unusable: %s", self.group_id, self.coordinator_id, reason)
         self.discovery.forget(now_ms)
-        self._hb_inflight = False
+        self.heartbeat.in_flight = False
         if self.state in (MemberState.JOINING, MemberState.SYNCING):
             # Membership is in flux; join again (same member id) once the coordinator is back.
             self._join_inflight = self._sync_inflight = False
@@ -389,7 +386,7 @@ class GroupCoordinator(ABC):
             self._actions.append(ErrorAction(expired))
             return
         if self.state in (MemberState.STABLE, MemberState.PREPARING) and \
-                now_ms - self._last_hb_ok_ms > self.session_timeout_ms and self.coordinator_id is not None:
+                self.heartbeat.session_expired(now_ms) and self.coordinator_id is not None:
             # No heartbeat got through for a whole session: assume the coordinator is gone.
             self.mark_coordinator_unknown("session timeout without heartbeat response", now_ms)
 
@@ -416,8 +413,7 @@ class GroupCoordinator(ABC):
             self._fatal(err)
         if self._coordinator_epoch == before:
             return  # not found (yet)
-        self._last_hb_ok_ms = now_ms
-        self._hb_next_ms = now_ms  # a member that kept its generation checks in at once
+        self.heartbeat.restart(now_ms, at_once=True)  # a member that kept its generation checks in at once
         log.info("group %s: coordinator is node %s (%s:%s)", self.group_id, self.coordinator_id,
                  self.coordinator_host, self.coordinator_port)
 

@@ -164,10 +164,10 @@ class ConsumerGroupMember(GroupCoordinator):
     def _membership_deadlines(self, known: bool, ds: list[int]) -> None:
         if self.state is MemberState.UNJOINED and self._want_membership():
             ds.append(0)
-        if known and self.state in (MemberState.JOINING, MemberState.STABLE) and not self._hb_inflight:
+        if known and self.state in (MemberState.JOINING, MemberState.STABLE) and not self.heartbeat.in_flight:
             ds.append(self._heartbeat_due_ms())
         if known and self.state is MemberState.STABLE:
-            ds.append(self._last_hb_ok_ms + self.session_timeout_ms + 1)
+            ds.append(self.heartbeat.session_deadline_ms())
         if self._reconcile_ready():
             ds.append(0)
 
@@ -183,7 +183,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def _join(self, now_ms: int, reason: str) -> None:
         self._forget_membership()
-        self._hb_next_ms = now_ms
+        self.heartbeat.next_ms = now_ms  # (a join is sent at once)
         if self.coordinator_id is None:
             self._to(MemberState.FIND_COORDINATOR, reason)
         else:
@@ -201,15 +201,15 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def _heartbeat_due_ms(self) -> int:
         if self.state is MemberState.JOINING or self._send_all:
-            return self._hb_next_ms
+            return self.heartbeat.next_ms
         if self._sent_subscription != self._subscription():
             return 0  # the application subscribed to something else
         if self.revocations.current is None and self._sent_owned != self._owned():
             return 0  # a reconciliation finished: acknowledge it
-        return self._hb_next_ms
+        return self.heartbeat.next_ms
 
     def _maybe_heartbeat(self, now_ms: int, out: list[Request]) -> None:
-        if self._hb_inflight or self.coordinator_id is None or now_ms < self._heartbeat_due_ms():
+        if self.coordinator_id is None or not self.heartbeat.due(now_ms, self._heartbeat_due_ms()):
             return
         joining = self.state is MemberState.JOINING
         full = self._send_all or joining
@@ -239,8 +239,7 @@ class ConsumerGroupMember(GroupCoordinator):
                 return {**body, "member_id": ""}  # (before KIP-1082 the broker names members)
             return body
 
-        self._hb_inflight = True
-        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+        self.heartbeat.sent(now_ms)
         out.append(Request(COORDINATOR, "ConsumerGroupHeartbeat", build,
                            timeout_ms=min(self.request_timeout_ms, self.session_timeout_ms),
                            context=self._ctx("cgh", None, join_seq=self._join_seq,
@@ -262,7 +261,7 @@ class ConsumerGroupMember(GroupCoordinator):
             self._on_leave(req, resp, now_ms)  # (as the classic LeaveGroup's answer)
             return
         if ctx.coordinator_epoch == self._coordinator_epoch:
-            self._hb_inflight = False
+            self.heartbeat.in_flight = False
         if ctx.extra["join_seq"] != self._join_seq or \
                 self.state not in (MemberState.JOINING, MemberState.STABLE):
             return  # answers a membership this member has left
@@ -282,7 +281,7 @@ class ConsumerGroupMember(GroupCoordinator):
         elif code in _COORDINATOR_GONE:
             self.mark_coordinator_unknown(f"heartbeat: {broker_error(code)}", now_ms)
         elif code == E.COORDINATOR_LOAD_IN_PROGRESS:
-            self._hb_next_ms = now_ms + self.retry_backoff_ms
+            self.heartbeat.back_off(now_ms)
         elif code in _FATAL:
             if code == E.FENCED_INSTANCE_ID or code == E.UNRELEASED_INSTANCE_ID:
                 message = message or (f"group.instance.id {self.group_instance_id!r} is used by "
@@ -290,18 +289,18 @@ class ConsumerGroupMember(GroupCoordinator):
             self._fatal(broker_error(code, message))
         else:
             self._actions.append(ErrorAction(broker_error(code, message)))
-            self._hb_next_ms = now_ms + self.retry_backoff_ms
+            self.heartbeat.back_off(now_ms)
 
     def _heartbeat_answered(self, ctx: _Ctx, resp: dict[str, Any], now_ms: int) -> None:
-        self._last_hb_ok_ms = now_ms
+        self.heartbeat.got_through(now_ms)
         if resp.get("member_id"):
             self.member_id = resp["member_id"]
             self._server_named = True
         epoch = resp.get("member_epoch", 0)
         interval = resp.get("heartbeat_interval_ms", 0)
         if interval > 0:
-            self.heartbeat_interval_ms = interval
-        self._hb_next_ms = now_ms + self.heartbeat_interval_ms
+            self.heartbeat.interval_ms = interval  # (the broker says how often)
+        self.heartbeat.next_ms = now_ms + self.heartbeat.interval_ms
         if epoch <= 0:
             # Not a member yet (librdkafka's mock cluster answers a join with epoch 0 until it
             # has an assignment): the next heartbeat joins again, every field.
@@ -339,7 +338,7 @@ class ConsumerGroupMember(GroupCoordinator):
         owned = self.subs.assigned() if self.subs.is_auto else []
         self._lose(owned, reason, reset_member_id=False)
         self._forget_membership()
-        self._hb_inflight = False
+        self.heartbeat.in_flight = False
         if self.state not in (MemberState.LEAVING, MemberState.CLOSED):
             self._to(MemberState.UNJOINED, reason)
             if self.leaving.requested:
@@ -401,7 +400,7 @@ class ConsumerGroupMember(GroupCoordinator):
 
     def _maybe_leave(self, now_ms: int, out: list[Request]) -> None:
         # (a join heartbeat in flight may have made this a member: say goodbye after it)
-        goodbye = (self.generation != NO_GENERATION or self._hb_inflight) and self.subs.is_auto
+        goodbye = (self.generation != NO_GENERATION or self.heartbeat.in_flight) and self.subs.is_auto
         step = self.leaving.step(goodbye=goodbye, coordinator_known=self.coordinator_id is not None,
                                  commits_done=self.commits.all_done())
         if step is LeaveStep.SEND:

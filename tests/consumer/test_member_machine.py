@@ -257,7 +257,7 @@ def test_the_broker_sets_the_heartbeat_interval():
     m = member()
     find(m)
     answer(m, heartbeat(m, 0), 0, epoch=1, assignment={}, interval=750)
-    assert m.heartbeat_interval_ms == 750
+    assert m.heartbeat.interval_ms == 750
     res = m.poll(749)
     assert res.requests == [] and res.next_deadline_ms == 750
     req = heartbeat(m, 750)
