@@ -106,22 +106,26 @@ cdef class Record:
 
     A record without headers holds no list until ``headers`` is first read (then an empty
     one, the same list on every read): most records have none, and a list per record was a
-    third of the decoder's allocations and what set the collector's clock going.
+    third of the decoder's allocations and what set the collector's clock going.  Likewise a
+    record with one header holds just its ``(key, value)`` tuple until then.
     """
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
+    cdef readonly object offset     # int (member descriptors: see below)
+    cdef readonly object timestamp  # int
     cdef readonly int timestamp_type
     cdef readonly bytes key
     cdef readonly bytes value
-    cdef list _headers              # None: no headers (see the headers property)
+    # the headers list; or None: no headers, or a tuple: the only header (the decoder's
+    # forms, made into the list when headers is first read)
+    cdef object _headers
     cdef public str topic
     cdef public int32_t partition
     cdef public int32_t leader_epoch
 
     def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
                  topic=None, partition=-1, leader_epoch=-1):
-        self.offset = offset
-        self.timestamp = timestamp
+        cdef int64_t o = offset, t = timestamp   # (ints in int64 range, as the wire has them)
+        self.offset = o
+        self.timestamp = t
         self.timestamp_type = timestamp_type
         self.key = None if key is None else bytes(key)
         self.value = None if value is None else bytes(value)
@@ -133,11 +137,19 @@ cdef class Record:
     @property
     def headers(self):
         """The record's headers: a list of ``(str, bytes | None)``."""
-        cdef list h = self._headers
+        cdef object h = self._headers
+        cdef list out
+        if type(h) is list:
+            return h
         if h is None:
-            h = self._headers = []
-            PyObject_GC_UnTrack(<void*>h)  # as the decoder's lists (see the class doc)
-        return h
+            out = []
+        else:
+            out = PyList_New(1)
+            Py_INCREF(h)
+            PyList_SET_ITEM(out, 0, h)
+        PyObject_GC_UnTrack(<void*>out)  # as the decoder's lists (see the class doc)
+        self._headers = out
+        return out
 
     def to_tuple(self):
         """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
@@ -179,9 +191,13 @@ cdef extern from *:
     """
     #define KW_RECORD_KEY_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, key))
     #define KW_RECORD_VALUE_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, value))
+    #define KW_RECORD_OFFSET_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, offset))
+    #define KW_RECORD_TIMESTAMP_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, timestamp))
     """
     Py_ssize_t KW_RECORD_KEY_OFFSET
     Py_ssize_t KW_RECORD_VALUE_OFFSET
+    Py_ssize_t KW_RECORD_OFFSET_OFFSET
+    Py_ssize_t KW_RECORD_TIMESTAMP_OFFSET
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -198,7 +214,7 @@ cdef extern from "Python.h":
     void PyType_Modified(PyTypeObject* t)
     int PyDict_SetItemString(PyObject* d, const char* key, object val) except -1
 
-cdef PyMemberDef _RECORD_MEMBERS[2]
+cdef PyMemberDef _RECORD_MEMBERS[4]
 
 
 cdef _record_member_descriptors():
@@ -210,7 +226,13 @@ cdef _record_member_descriptors():
     _RECORD_MEMBERS[1].name = b"value"
     _RECORD_MEMBERS[1].offset = KW_RECORD_VALUE_OFFSET
     _RECORD_MEMBERS[1].doc = b"The record's value (bytes), or None."
-    for i in range(2):
+    _RECORD_MEMBERS[2].name = b"offset"
+    _RECORD_MEMBERS[2].offset = KW_RECORD_OFFSET_OFFSET
+    _RECORD_MEMBERS[2].doc = b"The record's offset (int)."
+    _RECORD_MEMBERS[3].name = b"timestamp"
+    _RECORD_MEMBERS[3].offset = KW_RECORD_TIMESTAMP_OFFSET
+    _RECORD_MEMBERS[3].doc = b"The record's timestamp (int, ms)."
+    for i in range(4):
         _RECORD_MEMBERS[i].type = T_OBJECT_EX
         _RECORD_MEMBERS[i].flags = READONLY
         PyDict_SetItemString(t.tp_dict, _RECORD_MEMBERS[i].name,
@@ -1376,10 +1398,11 @@ cdef class _RecDecoder:
         cdef int32_t j, length, off_delta, klen, vlen, hcount, hklen, hvlen
         cdef int64_t ts_delta
         cdef const uint8_t* p
-        cdef list headers
+        cdef list hlist
         cdef tuple h
         cdef Record r
         cdef object key, value, hval
+        cdef object headers = None
         cdef str hkey
         cdef Py_ssize_t rec_start = c.pos
         rd_zz32_to(c, &length)
@@ -1417,7 +1440,7 @@ cdef class _RecDecoder:
         if hcount < 0 or hcount > (rc.end - rc.pos) // 2:
             raise CorruptRecordError(
                 f"record at position {rec_start} has header count {hcount}", position=rec_start)
-        headers = PyList_New(hcount) if hcount else None
+        hlist = PyList_New(hcount) if hcount > 1 else None
         for j in range(hcount):
             rd_zz32_to(&rc, &hklen)
             if hklen < 0:
@@ -1444,13 +1467,18 @@ cdef class _RecDecoder:
             # A header tuple holds only str/bytes/None: it cannot be part of a cycle, so the
             # cyclic GC need not track it (records are created by the million).
             PyObject_GC_UnTrack(<void*>h)
-            Py_INCREF(h)
-            PyList_SET_ITEM(headers, j, h)
+            if hlist is None:
+                headers = h
+            else:
+                Py_INCREF(h)
+                PyList_SET_ITEM(hlist, j, h)
         # Likewise the headers list: a fresh list of untracked tuples.  Untracked, millions of
         # buffered records cost the GC nothing (with them tracked, decode ran ~4x slower).
-        # No headers, no list (Record.headers makes one when asked).
-        if hcount:
-            PyObject_GC_UnTrack(<void*>headers)
+        # No headers, no list; one header, its tuple alone (Record.headers makes the list when
+        # asked: most records are never asked).
+        if hlist is not None:
+            PyObject_GC_UnTrack(<void*>hlist)
+            headers = hlist
         if rc.pos != rc.end:
             raise CorruptRecordError(
                 f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
@@ -1650,8 +1678,8 @@ cdef class _RecDecoder:
             raise CorruptRecordError(
                 f"message at position {start} has {end - c.pos} bytes after its value",
                 position=c.pos)
-        e.base_offset = (<Record>records[0]).offset
-        e.first_timestamp = (<Record>records[0]).timestamp
+        e.base_offset = <int64_t>(<Record>records[0]).offset
+        e.first_timestamp = <int64_t>(<Record>records[0]).timestamp
         if self.sink is not None:
             for r in records:
                 self.sink.append_record(r)
@@ -1752,11 +1780,11 @@ cdef class _RecDecoder:
             # A wrapper offset below the last relative one (a producer's message set, before the
             # broker assigned offsets: wrapper 0) leaves the inner offsets as they are, as
             # Kafka's Java client does -- never negative offsets.
-            last_rel = (<Record>records[len(records) - 1]).offset
+            last_rel = <int64_t>(<Record>records[len(records) - 1]).offset
             base = _rec_add64(wrapper_offset, -last_rel)
             if base >= 0:
                 for r in records:
-                    r.offset = _rec_add64(base, r.offset)
+                    r.offset = _rec_add64(base, <int64_t>r.offset)
         return records
 
 
@@ -2249,8 +2277,8 @@ cdef class _RecColumns:
         # The slow path for legacy messages (already decoded into Records).
         cdef Py_ssize_t n = self.n
         self.reserve_records(1)
-        self.p_offset[n] = r.offset
-        self.p_timestamp[n] = r.timestamp
+        self.p_offset[n] = <int64_t>r.offset
+        self.p_timestamp[n] = <int64_t>r.timestamp
         self.p_ts_type[n] = <int8_t>r.timestamp_type
         self.p_key_valid[n] = r.key is not None
         if r.key is not None:
