@@ -1832,7 +1832,18 @@ cdef class _RecordIterator:
         return self.dec.data_bytes
 
     def __next__(self):
-        cdef object r = self.next_or_none()
+        cdef _RecDecoder dec = self.dec
+        cdef object r
+        if dec.run_active and dec.run.remaining > 0 and not dec.busy:
+            # the common case, lazy_next's without its layers: a record of the batch in hand
+            try:
+                r = dec.v2_next()
+            except BaseException as exc:
+                dec.lazy_failed(exc)
+                raise
+            self.handed += 1
+            return r
+        r = self.next_or_none()
         if r is None:
             raise StopIteration
         return r
