@@ -109,8 +109,8 @@ cdef class Record:
     third of the decoder's allocations and what set the collector's clock going.  Likewise a
     record with one header holds just its ``(key, value)`` tuple until then.
     """
-    cdef readonly object offset     # int (member descriptors: see below)
-    cdef readonly object timestamp  # int
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
     cdef readonly int timestamp_type
     cdef readonly bytes key
     cdef readonly bytes value
@@ -123,9 +123,8 @@ cdef class Record:
 
     def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
                  topic=None, partition=-1, leader_epoch=-1):
-        cdef int64_t o = offset, t = timestamp   # (ints in int64 range, as the wire has them)
-        self.offset = o
-        self.timestamp = t
+        self.offset = offset
+        self.timestamp = timestamp
         self.timestamp_type = timestamp_type
         self.key = None if key is None else bytes(key)
         self.value = None if value is None else bytes(value)
@@ -191,13 +190,9 @@ cdef extern from *:
     """
     #define KW_RECORD_KEY_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, key))
     #define KW_RECORD_VALUE_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, value))
-    #define KW_RECORD_OFFSET_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, offset))
-    #define KW_RECORD_TIMESTAMP_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, timestamp))
     """
     Py_ssize_t KW_RECORD_KEY_OFFSET
     Py_ssize_t KW_RECORD_VALUE_OFFSET
-    Py_ssize_t KW_RECORD_OFFSET_OFFSET
-    Py_ssize_t KW_RECORD_TIMESTAMP_OFFSET
 
 cdef extern from "structmember.h":
     ctypedef struct PyMemberDef:
@@ -214,7 +209,7 @@ cdef extern from "Python.h":
     void PyType_Modified(PyTypeObject* t)
     int PyDict_SetItemString(PyObject* d, const char* key, object val) except -1
 
-cdef PyMemberDef _RECORD_MEMBERS[4]
+cdef PyMemberDef _RECORD_MEMBERS[2]
 
 
 cdef _record_member_descriptors():
@@ -226,13 +221,7 @@ cdef _record_member_descriptors():
     _RECORD_MEMBERS[1].name = b"value"
     _RECORD_MEMBERS[1].offset = KW_RECORD_VALUE_OFFSET
     _RECORD_MEMBERS[1].doc = b"The record's value (bytes), or None."
-    _RECORD_MEMBERS[2].name = b"offset"
-    _RECORD_MEMBERS[2].offset = KW_RECORD_OFFSET_OFFSET
-    _RECORD_MEMBERS[2].doc = b"The record's offset (int)."
-    _RECORD_MEMBERS[3].name = b"timestamp"
-    _RECORD_MEMBERS[3].offset = KW_RECORD_TIMESTAMP_OFFSET
-    _RECORD_MEMBERS[3].doc = b"The record's timestamp (int, ms)."
-    for i in range(4):
+    for i in range(2):
         _RECORD_MEMBERS[i].type = T_OBJECT_EX
         _RECORD_MEMBERS[i].flags = READONLY
         PyDict_SetItemString(t.tp_dict, _RECORD_MEMBERS[i].name,
@@ -1475,7 +1464,7 @@ cdef class _RecDecoder:
         # Likewise the headers list: a fresh list of untracked tuples.  Untracked, millions of
         # buffered records cost the GC nothing (with them tracked, decode ran ~4x slower).
         # No headers, no list; one header, its tuple alone (Record.headers makes the list when
-        # asked: most records are never asked).
+        # first read: a record whose headers are never read never gets one).
         if hlist is not None:
             PyObject_GC_UnTrack(<void*>hlist)
             headers = hlist
@@ -1678,8 +1667,8 @@ cdef class _RecDecoder:
             raise CorruptRecordError(
                 f"message at position {start} has {end - c.pos} bytes after its value",
                 position=c.pos)
-        e.base_offset = <int64_t>(<Record>records[0]).offset
-        e.first_timestamp = <int64_t>(<Record>records[0]).timestamp
+        e.base_offset = (<Record>records[0]).offset
+        e.first_timestamp = (<Record>records[0]).timestamp
         if self.sink is not None:
             for r in records:
                 self.sink.append_record(r)
@@ -1780,11 +1769,11 @@ cdef class _RecDecoder:
             # A wrapper offset below the last relative one (a producer's message set, before the
             # broker assigned offsets: wrapper 0) leaves the inner offsets as they are, as
             # Kafka's Java client does -- never negative offsets.
-            last_rel = <int64_t>(<Record>records[len(records) - 1]).offset
+            last_rel = (<Record>records[len(records) - 1]).offset
             base = _rec_add64(wrapper_offset, -last_rel)
             if base >= 0:
                 for r in records:
-                    r.offset = _rec_add64(base, <int64_t>r.offset)
+                    r.offset = _rec_add64(base, r.offset)
         return records
 
 
@@ -2288,8 +2277,8 @@ cdef class _RecColumns:
         # The slow path for legacy messages (already decoded into Records).
         cdef Py_ssize_t n = self.n
         self.reserve_records(1)
-        self.p_offset[n] = <int64_t>r.offset
-        self.p_timestamp[n] = <int64_t>r.timestamp
+        self.p_offset[n] = r.offset
+        self.p_timestamp[n] = r.timestamp
         self.p_ts_type[n] = <int8_t>r.timestamp_type
         self.p_key_valid[n] = r.key is not None
         if r.key is not None:
