@@ -106,14 +106,17 @@ cdef class Record:
 
     A record without headers holds no list until ``headers`` is first read (then an empty
     one, the same list on every read): most records have none, and a list per record was a
-    third of the decoder's allocations and what set the collector's clock going.
+    third of the decoder's allocations and what set the collector's clock going.  Likewise a
+    record with one header holds just its ``(key, value)`` tuple until then.
     """
     cdef readonly int64_t offset
     cdef readonly int64_t timestamp
     cdef readonly int timestamp_type
     cdef readonly bytes key
     cdef readonly bytes value
-    cdef list _headers              # None: no headers (see the headers property)
+    # the headers list; or None: no headers, or a tuple: the only header (the decoder's
+    # forms, made into the list when headers is first read)
+    cdef object _headers
     cdef public str topic
     cdef public int32_t partition
     cdef public int32_t leader_epoch
@@ -133,11 +136,19 @@ cdef class Record:
     @property
     def headers(self):
         """The record's headers: a list of ``(str, bytes | None)``."""
-        cdef list h = self._headers
+        cdef object h = self._headers
+        cdef list out
+        if type(h) is list:
+            return h
         if h is None:
-            h = self._headers = []
-            PyObject_GC_UnTrack(<void*>h)  # as the decoder's lists (see the class doc)
-        return h
+            out = []
+        else:
+            out = PyList_New(1)
+            Py_INCREF(h)
+            PyList_SET_ITEM(out, 0, h)
+        PyObject_GC_UnTrack(<void*>out)  # as the decoder's lists (see the class doc)
+        self._headers = out
+        return out
 
     def to_tuple(self):
         """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
@@ -1376,10 +1387,11 @@ cdef class _RecDecoder:
         cdef int32_t j, length, off_delta, klen, vlen, hcount, hklen, hvlen
         cdef int64_t ts_delta
         cdef const uint8_t* p
-        cdef list headers
+        cdef list hlist
         cdef tuple h
         cdef Record r
         cdef object key, value, hval
+        cdef object headers = None
         cdef str hkey
         cdef Py_ssize_t rec_start = c.pos
         rd_zz32_to(c, &length)
@@ -1417,7 +1429,7 @@ cdef class _RecDecoder:
         if hcount < 0 or hcount > (rc.end - rc.pos) // 2:
             raise CorruptRecordError(
                 f"record at position {rec_start} has header count {hcount}", position=rec_start)
-        headers = PyList_New(hcount) if hcount else None
+        hlist = PyList_New(hcount) if hcount > 1 else None
         for j in range(hcount):
             rd_zz32_to(&rc, &hklen)
             if hklen < 0:
@@ -1444,13 +1456,18 @@ cdef class _RecDecoder:
             # A header tuple holds only str/bytes/None: it cannot be part of a cycle, so the
             # cyclic GC need not track it (records are created by the million).
             PyObject_GC_UnTrack(<void*>h)
-            Py_INCREF(h)
-            PyList_SET_ITEM(headers, j, h)
+            if hlist is None:
+                headers = h
+            else:
+                Py_INCREF(h)
+                PyList_SET_ITEM(hlist, j, h)
         # Likewise the headers list: a fresh list of untracked tuples.  Untracked, millions of
         # buffered records cost the GC nothing (with them tracked, decode ran ~4x slower).
-        # No headers, no list (Record.headers makes one when asked).
-        if hcount:
-            PyObject_GC_UnTrack(<void*>headers)
+        # No headers, no list; one header, its tuple alone (Record.headers makes the list when
+        # first read: a record whose headers are never read never gets one).
+        if hlist is not None:
+            PyObject_GC_UnTrack(<void*>hlist)
+            headers = hlist
         if rc.pos != rc.end:
             raise CorruptRecordError(
                 f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
@@ -1804,7 +1821,18 @@ cdef class _RecordIterator:
         return self.dec.data_bytes
 
     def __next__(self):
-        cdef object r = self.next_or_none()
+        cdef _RecDecoder dec = self.dec
+        cdef object r
+        if dec.run_active and dec.run.remaining > 0 and not dec.busy:
+            # the common case, lazy_next's without its layers: a record of the batch in hand
+            try:
+                r = dec.v2_next()
+            except BaseException as exc:
+                dec.lazy_failed(exc)
+                raise
+            self.handed += 1
+            return r
+        r = self.next_or_none()
         if r is None:
             raise StopIteration
         return r
