@@ -198,26 +198,9 @@ class AdminClient(_GroupCalls):
         futs: dict[str, Future[None]] = {t.topic: concurrent.futures.Future() for t in new_topics}
         timeout = self._request_timeout(request_timeout, operation_timeout)
 
-        def run() -> None:
-            try:
-                res = self._a.create_topics(
-                    [_KNewTopic(t.topic, t.num_partitions, t.replication_factor, t.config)
-                     for t in new_topics], timeout, validate_only=validate_only,
-                    raise_on_error=False)
-            except BaseException as exc:
-                for f in futs.values():
-                    f.set_exception(KafkaException(to_kafka_error(exc)))
-                return
-            for name, f in futs.items():
-                err = res.get(name)
-                if err is None:
-                    f.set_result(None)
-                else:
-                    f.set_exception(KafkaException(to_kafka_error(err)))
-        for f in futs.values():
-            f.set_running_or_notify_cancel()
-        self._submit(run)
-        return futs
+        return self._dispatch(futs, lambda: self._a.create_topics(
+            [_KNewTopic(t.topic, t.num_partitions, t.replication_factor, t.config)
+             for t in new_topics], timeout, validate_only=validate_only, raise_on_error=False))
 
     def list_topics(self, topic: str | None = None, timeout: float | None = -1) -> ClusterMetadata:
         """Cluster metadata (ClusterMetadata), directly, as confluent-kafka's."""

@@ -128,29 +128,26 @@ class Producer:
     def poll(self, timeout: float | None = None) -> int:
         """Send, receive, serve callbacks; wait up to ``timeout`` seconds (None / -1: until a
         callback was served).  Returns the number of delivery callbacks served."""
-        if self._closed:
-            raise RuntimeError("Producer has been closed")
-        t = _ck_timeout(timeout)
-        deadline = None if t is None else time.monotonic() + t
-        while True:
-            left = _POLL_SLICE_S if deadline is None else max(0.0, min(_POLL_SLICE_S, deadline - time.monotonic()))
-            served = self._p.poll(left)
-            self._events()
-            if served or (deadline is not None and time.monotonic() >= deadline):
-                return served
+        return self._wait(timeout, self._p.poll, lambda served: served > 0)
 
     def flush(self, timeout: float | None = None) -> int:
         """Wait until every message is delivered or failed (None / -1: no limit).  Returns the
         number still in the queue."""
+        return self._wait(timeout, self._p.flush, lambda left: left == 0)
+
+    def _wait(self, timeout: float | None, step: Callable[[float], int],
+              done: Callable[[int], bool]) -> int:
+        """``step`` (the kwire Producer's poll or flush) a slice at a time, serving callbacks
+        after each, until ``done`` with what it returned or ``timeout`` passed; its last result."""
         if self._closed:
             raise RuntimeError("Producer has been closed")
         t = _ck_timeout(timeout)
         deadline = None if t is None else time.monotonic() + t
         while True:
             left = _POLL_SLICE_S if deadline is None else max(0.0, min(_POLL_SLICE_S, deadline - time.monotonic()))
-            n = self._p.flush(left)
+            n = step(left)
             self._events()
-            if n == 0 or (deadline is not None and time.monotonic() >= deadline):
+            if done(n) or (deadline is not None and time.monotonic() >= deadline):
                 return n
 
     def _events(self) -> None:

@@ -11,10 +11,10 @@ Fetched record sets stay raw (as they came, compressed) until the application is
 them; :meth:`ChunkDecoder.decode_piece` then decodes a raw chunk a piece at a time, each piece
 at most about ``piece_bytes`` of *decoded* records (decompressed key/value/header bytes plus
 ``RECORD_OVERHEAD_BYTES`` of Python objects per record, counted from the codec's
-``record_bytes``), so one response's expansion is never materialised at once.  The budget holds
-both: raw bytes (counted per Fetch answer, whose frame stays in memory until its last partition
-is decoded) and decoded pieces not yet released by the application; ``decode_ahead_bytes`` of
-it (a quarter, at most 8 MiB) is kept for decoded pieces and ``worker_ahead_bytes`` (an eighth,
+``record_bytes``), so one response's expansion is never materialised at once.  The budget counts
+raw bytes (per Fetch answer, whose frame stays in memory until its last partition is decoded
+and handed back); ``decode_ahead_bytes`` of it (a quarter, at most 8 MiB) is kept for the
+decoded piece the application holds and ``worker_ahead_bytes`` (an eighth,
 at most 8 MiB) for the batches the codec's decompression worker inflates ahead of the decoder
 (``max_ahead_bytes``: fewer slots, or no worker, under a small budget).  The batch being
 decoded is decompressed whole (at most fetch.max.decompressed.bytes, else
@@ -107,8 +107,8 @@ class _Frame:
 
 class FetchBuffer:
     """The consumer's memory budget for fetched data (see the module docstring): raw bytes per
-    Fetch answer and decoded pieces the application has not released, per partition (for its
-    fair share) and in all."""
+    Fetch answer, per partition (for its fair share) and in all, and the room kept for decoded
+    pieces and the decompression worker."""
 
     def __init__(self, budget_bytes: int, *, worker_ahead_bytes: int = 0):
         self.budget_bytes = budget_bytes
@@ -117,24 +117,12 @@ class FetchBuffer:
         self.decode_ahead_bytes = max(1, min(DECODE_AHEAD_BYTES, budget_bytes // 4))
         self.piece_bytes = max(_MIN_PIECE_BYTES, self.decode_ahead_bytes // 4)
         self.worker_ahead_bytes = worker_ahead_bytes
-        self.buffered: dict[TP, int] = {}   # raw + decoded bytes per partition (fair share)
-        self.buffered_total = 0              # raw (per frame) + decoded bytes
-        self.decoded_total = 0               # decoded pieces the application has not released
+        self.buffered: dict[TP, int] = {}   # raw bytes per partition (fair share)
+        self.buffered_total = 0              # raw bytes (per frame)
 
     def add_raw(self, tp: TP, nbytes: int) -> None:
         self.buffered[tp] = self.buffered.get(tp, 0) + nbytes
         self.buffered_total += nbytes
-
-    def add_decoded(self, tp: TP, nbytes: int) -> None:
-        self.buffered[tp] = self.buffered.get(tp, 0) + nbytes
-        self.buffered_total += nbytes
-        self.decoded_total += nbytes
-
-    def release(self, tp: TP, nbytes: int) -> None:
-        """The application consumed (or dropped) a decoded piece of ``nbytes`` for ``tp``."""
-        self._release_tp(tp, nbytes)
-        self.buffered_total = max(0, self.buffered_total - nbytes)
-        self.decoded_total = max(0, self.decoded_total - nbytes)
 
     def _release_tp(self, tp: TP, nbytes: int) -> None:
         left = self.buffered.get(tp, 0) - nbytes
@@ -166,13 +154,11 @@ class FetchBuffer:
     def release_all(self) -> None:
         self.buffered.clear()
         self.buffered_total = 0
-        self.decoded_total = 0
 
     def full_bytes(self) -> int:
-        """Bytes the budget has no room for: raw bytes, the decoded pieces or the room kept
-        for them (whichever is more), and the room kept for the decompression worker."""
-        return self.buffered_total - self.decoded_total + max(
-            self.decoded_total, self.decode_ahead_bytes) + self.worker_ahead_bytes
+        """Bytes the budget has no room for: raw bytes, and the room kept for decoded pieces
+        and for the decompression worker."""
+        return self.buffered_total + self.decode_ahead_bytes + self.worker_ahead_bytes
 
     def raw_room_bytes(self) -> int:
         """What the budget leaves for raw bytes (at least 1)."""
@@ -180,8 +166,8 @@ class FetchBuffer:
 
 
 class Budget(Protocol):
-    """What a :class:`ChunkDecoder` tells the budget: a :class:`FetchBuffer` in the driver's
-    thread, a :class:`HandBack` in the application's."""
+    """What a :class:`ChunkDecoder` tells the budget (a :class:`HandBack`, in the application's
+    thread)."""
 
     def add_decoded(self, tp: TP, nbytes: int) -> None: ...
     def release(self, tp: TP, nbytes: int) -> None: ...
@@ -260,7 +246,7 @@ class ChunkDecoder:
     def decode_piece(self, chunk: FetchedChunk, max_bytes: int | None) -> FetchedChunk | None:
         """The next records of a raw chunk from :meth:`Fetcher.on_response` (decoded after the next
         Fetch went out, so the broker works while we decode): a FetchedChunk of records whose
-        decoded cost (``nbytes``, counted in the budget until :meth:`release`) is about
+        decoded cost (``nbytes``, told to the budget: ``Budget.add_decoded``) is about
         ``max_bytes`` (None: all), or None.  ``chunk.done`` says the chunk is finished (its raw
         bytes are released then).  The last piece carries the chunk's ``next_offset``, and
         comes back even without records (only control batches or aborted transactions), so the

@@ -210,9 +210,6 @@ class Fetcher:
         self._iter_records = iter_records
         # the memory budget, and decoding raw chunks into pieces (fetch_buffer.py)
         self.buffer = FetchBuffer(buffer_budget_bytes, worker_ahead_bytes=worker_ahead_bytes)
-        # decoding in this (the driver's) thread, counted in the buffer: for callers without an
-        # application thread (tests, tools); the Consumer decodes where the application runs
-        self.decoder = self.make_decoder(self.buffer, self.on_decode_failed)
         self._corrupt: set[TP] = set()  # damaged record sets: fetched again after a backoff
         self.sessions: dict[int, FetchSession] = {}
         self.inflight: dict[int, Request] = {}
@@ -239,9 +236,6 @@ class Fetcher:
 
     def drain_actions(self) -> list[ErrorAction]:
         out, self._actions = self._actions, []
-        if self.decoder.actions:
-            out += self.decoder.actions
-            self.decoder.actions = []
         return out
 
     # --- poll ----------------------------------------------------------------------------------

@@ -16,14 +16,14 @@ Leaders and epochs come from :class:`kwire.net.metadata.Metadata` (read only, ex
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import KafkaTimeoutError, UnsupportedVersionError
 from ._codes import E, is_invalid_metadata, is_retriable
 from ._codes import error as broker_error
-from .subscription import FetchState, ResetStrategy, SubscriptionState
+from .subscription import FetchState, PartitionState, ResetStrategy, SubscriptionState
 from .types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Action, ErrorAction, PollResult, Request
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ log = logging.getLogger("kwire.consumer.offsets")
 
 TP = tuple[str, int]  # (topic, partition)
 Part = dict[str, Any]  # one partition's entry of a request or response body
+_S = TypeVar("_S")     # what a request sent for a partition
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 CONSUMER_REPLICA_ID = -1
@@ -314,6 +315,19 @@ class PositionManager:
         else:
             self._on_query(payload, resp, now_ms)
 
+    def _answered(self, sent: dict[TP, _S], parts: dict[TP, Part]
+                  ) -> Iterator[tuple[TP, _S, PartitionState, Part | None, int]]:
+        """The partitions of a sent request still assigned, each no longer in flight, with what
+        was sent for it, its answer (None: missing) and that answer's error code."""
+        for tp, what in sent.items():
+            st = self.subs.get(tp)
+            if st is None:
+                continue
+            st.inflight = False
+            p = parts.get(tp)
+            code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
+            yield tp, what, st, p, code
+
     def _retry_later(self, tps: Iterable[TP], now_ms: int) -> None:
         for tp in tps:
             st = self.subs.get(tp)
@@ -328,13 +342,7 @@ class PositionManager:
             self._retry_later(sent, now_ms)
             return
         parts = self._list_offsets_parts(resp)
-        for tp, (strategy, epoch) in sent.items():
-            st = self.subs.get(tp)
-            if st is None:
-                continue
-            st.inflight = False
-            p = parts.get(tp)
-            code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
+        for tp, (strategy, epoch), st, p, code in self._answered(sent, parts):
             if p is not None and code == 0:
                 offset = p.get("offset", -1)
                 if offset is None or offset < 0:
@@ -374,13 +382,7 @@ class PositionManager:
         for t in resp.get("topics", ()):
             for p in t.get("partitions", ()):
                 parts[(t["topic"], p["partition"])] = p
-        for tp, (pos, epoch) in sent.items():
-            st = self.subs.get(tp)
-            if st is None:
-                continue
-            st.inflight = False
-            p = parts.get(tp)
-            code = p.get("error_code", 0) if p is not None else E.UNKNOWN_TOPIC_OR_PARTITION
+        for tp, (pos, epoch), st, p, code in self._answered(sent, parts):
             if p is not None and code == 0:
                 err = self.subs.complete_validation(tp, pos, p.get("end_offset", -1),
                                                     p.get("leader_epoch", -1), epoch)

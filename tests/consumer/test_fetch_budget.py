@@ -5,13 +5,14 @@ raw bytes stay counted until their frame's last partition is decoded.  Real reco
 (kwire's codec, both twins where the twin matters), a SubscriptionState, no broker."""
 from __future__ import annotations
 
+from collections import deque
 from itertools import pairwise
 from types import SimpleNamespace
 
 import pytest
 
 from kwire import records
-from kwire.consumer.fetch_buffer import RECORD_OVERHEAD_BYTES
+from kwire.consumer.fetch_buffer import RECORD_OVERHEAD_BYTES, HandBack
 from kwire.consumer.fetcher import Fetcher
 from kwire.consumer.subscription import SubscriptionState
 from kwire.errors import CorruptRecordError, DecompressionLimitError
@@ -49,14 +50,43 @@ def _answer(fetcher, parts):
     return fetcher.on_response(req, resp, 0)
 
 
-def _drain(fetcher, chunk, max_bytes, release=True):
+class _App:
+    """The application thread's side, as the Consumer has it (app.py): its own decoder of the
+    fetcher's raw chunks, finished chunks handed back (HandBack) to the driver's buffer."""
+
+    def __init__(self, fetcher):
+        self.fetcher = fetcher
+        self.returned = deque()
+        self.decoder = fetcher.make_decoder(HandBack(self.returned, lambda n: None),
+                                            fetcher.on_decode_failed)
+
+    def hand_back(self):
+        while self.returned:
+            self.fetcher.buffer.take_back(self.returned.popleft())
+
+    def actions(self):
+        out, self.decoder.actions = self.decoder.actions, []
+        return out
+
+
+_apps = {}
+
+
+def _app(fetcher):
+    if fetcher not in _apps:
+        _apps[fetcher] = _App(fetcher)
+    return _apps[fetcher]
+
+
+def _drain(fetcher, chunk, max_bytes, hand_back=True):
+    app = _app(fetcher)
     pieces = []
     while not chunk.done:
-        piece = fetcher.decoder.decode_piece(chunk, max_bytes)
+        piece = app.decoder.decode_piece(chunk, max_bytes)
         if piece is not None:
             pieces.append(piece)
-            if release:
-                fetcher.buffer.release(piece.tp, piece.nbytes)
+    if hand_back:
+        app.hand_back()
     return pieces
 
 
@@ -67,10 +97,10 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
     f, subs = _fetcher([tp])
     [chunk] = _answer(f, {tp: data})
     assert subs.position(tp).offset == 40 * PER_BATCH      # from the headers, nothing decoded
-    assert f.buffer.buffered_total == len(data) and f.buffer.decoded_total == 0
+    assert f.buffer.buffered_total == len(data)
     limit = 64 << 10
     batch_cost = max(sections) + PER_BATCH * RECORD_OVERHEAD_BYTES
-    pieces = _drain(f, chunk, limit, release=False)
+    pieces = _drain(f, chunk, limit, hand_back=False)
     # every record once, in order; each piece starts where the one before said to go on
     offsets = [r.offset for p in pieces for r in p.records]
     assert offsets == list(range(40 * PER_BATCH))
@@ -86,11 +116,12 @@ def test_a_chunk_is_decoded_in_pieces_of_bounded_decoded_cost():
     total = sum(p.nbytes for p in pieces)
     assert total == sum(sections) + 40 * PER_BATCH * RECORD_OVERHEAD_BYTES
     assert total > 20 * len(data)
-    # the raw bytes left the budget with the last piece; the decoded ones are the application's
-    assert f.buffer.decoded_total == total and f.buffer.buffered_total == total
-    for p in pieces:
-        f.buffer.release(p.tp, p.nbytes)
-    assert f.buffer.buffered_total == f.buffer.decoded_total == 0 and not f.buffer.buffered
+    # the raw bytes stay counted until the finished chunk is handed back to the driver (the
+    # piece the application holds is not counted: the budget keeps decode_ahead_bytes for it)
+    assert chunk.done and f.buffer.buffered_total == len(data)
+    assert f.buffer.full_bytes() == len(data) + f.buffer.decode_ahead_bytes + f.buffer.worker_ahead_bytes
+    _app(f).hand_back()
+    assert f.buffer.buffered_total == 0 and not f.buffer.buffered
 
 
 def test_the_budget_keeps_room_for_decoded_pieces_and_the_worker():
@@ -133,7 +164,7 @@ def test_a_corrupt_batch_mid_chunk_rewinds_to_after_the_pieces_handed_out():
     pieces = _drain(f, chunk, 8 << 10)
     # every record before the damaged batch goes out, then the error
     assert [r.offset for p in pieces for r in p.records] == list(range(6 * PER_BATCH))
-    [action] = f.drain_actions()
+    [action] = _app(f).actions()
     assert isinstance(action.error, CorruptRecordError) and action.partitions == [tp]
     # fetched again from the damaged batch (a new fence: later data is stale)
     assert subs.position(tp).offset == 6 * PER_BATCH
@@ -151,7 +182,7 @@ def test_a_batch_over_the_decompression_limit_is_a_typed_error_not_an_allocation
     pieces = _drain(f, chunk, 1 << 20)
     # every record before the bomb goes out, then the error; the position is the bomb's
     assert [r.offset for p in pieces for r in p.records] == list(range(3 * PER_BATCH))
-    [action] = f.drain_actions()
+    [action] = _app(f).actions()
     err = action.error
     assert isinstance(err, DecompressionLimitError)
     assert (err.partition, err.offset, err.limit) == (0, 3 * PER_BATCH, 1 << 20)
@@ -205,6 +236,6 @@ def test_damage_at_the_first_entry_is_reported_and_the_records_before_it_go_out(
     assert chunk.next_offset == 2 * PER_BATCH
     pieces = _drain(f, chunk, 8 << 10)
     assert [r.offset for p in pieces for r in p.records] == list(range(2 * PER_BATCH))
-    [action] = f.drain_actions()
+    [action] = _app(f).actions()
     assert isinstance(action.error, CorruptRecordError)
     assert subs.position(tp).offset == 2 * PER_BATCH

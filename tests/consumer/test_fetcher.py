@@ -2,10 +2,13 @@
 validation, queries) against the fake cluster."""
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from kwire import records as RL
 from kwire.consumer._codes import E
+from kwire.consumer.fetch_buffer import HandBack
 from kwire.consumer.fetcher import Fetcher, FetchSession, decode_partition
 from kwire.consumer.offsets import ListOffsetsResult, PositionManager
 from kwire.consumer.subscription import FetchState, Position, SubscriptionState
@@ -51,15 +54,24 @@ class Setup:
                                read_committed=read_committed, retry_backoff_ms=50, **kw)
         self.refresher = MetadataRefresher(cluster, self.md, self.positions)
         self.chunks = []
+        # the application thread's decoder, as the Consumer has it (app.py): a decoded chunk
+        # stays in the driver's budget until hand_back() (the driver's take_back)
+        self.returned = deque()
+        self.decoder = self.fetcher.make_decoder(HandBack(self.returned, lambda n: None),
+                                                 self.fetcher.on_decode_failed)
         self.driver.add(self.refresher)
         self.driver.add(self.positions)
         self.driver.add(self.fetcher, self._decode)
 
     def _decode(self, raw):
         for c in raw:
-            c = self.fetcher.decoder.decode(c)
+            c = self.decoder.decode(c)
             if c is not None:
                 self.chunks.append(c)
+
+    def hand_back(self):
+        while self.returned:
+            self.fetcher.buffer.take_back(self.returned.popleft())
 
     def assign(self, tps, *, start=None):
         self.subs.assign_manual(tps)
@@ -175,8 +187,9 @@ def test_read_committed_drops_aborted_transactions(cluster):
 
 
 def test_a_chunk_left_without_records_still_reaches_the_application(cluster):
-    """Only an aborted transaction and its marker: the chunk comes back empty, its bytes
-    already released, so the Consumer can move its position to ``next_offset``."""
+    """Only an aborted transaction and its marker: the chunk comes back empty (no decoded
+    cost) and finished, so the Consumer can move its position to ``next_offset`` and hand the
+    raw chunk back."""
     tp = ("t", 0)
     cluster.real_records = True
     cluster.append(tp, [b"x", b"y"], producer_id=1, transactional=True)  # 0-1 aborted
@@ -187,6 +200,7 @@ def test_a_chunk_left_without_records_still_reaches_the_application(cluster):
     s.run_until(lambda: s.subs.position(tp) is not None and s.subs.position(tp).offset == 3)
     assert s.chunks and all(c.records == [] and c.nbytes == 0 for c in s.chunks)
     assert s.chunks[-1].next_offset == 3
+    s.hand_back()
     assert s.fetcher.buffer.buffered.get(tp, 0) == 0 and s.fetcher.buffer.buffered_total == 0
 
 # --- sessions --------------------------------------------------------------------------------
@@ -318,8 +332,7 @@ def test_buffer_budget_stops_and_resumes_fetching(cluster):
     n = len(s.fetch_bodies())
     s.driver.run(1000)
     assert len(s.fetch_bodies()) == n  # nothing fetched while the budget is used up
-    for c in s.chunks:
-        s.fetcher.buffer.release(c.tp, c.nbytes)
+    s.hand_back()
     s.run_until(lambda: len(s.records()) > got)
 
 
@@ -550,7 +563,8 @@ def test_corrupt_record_set_rewinds_and_reports(cluster):
     def boom(*a, **k):
         from kwire.errors import CorruptRecordError
         raise CorruptRecordError("bad crc")
-    s.fetcher.decoder._iter_records = boom
-    assert s.fetcher.decoder.decode(chunk) is None
+    s.decoder._iter_records = boom
+    assert s.decoder.decode(chunk) is None
     assert s.subs.position(tp).offset == 10
-    assert isinstance(s.fetcher.drain_actions()[0].error, Exception)
+    [action] = s.decoder.actions
+    assert isinstance(action.error, CorruptRecordError) and action.partitions == [tp]
