@@ -199,3 +199,22 @@ def test_take_raises_where_islice_raises(codec):
         assert took[-1][0] == "CorruptRecordError"
         handed = [o for c in took[:-1] for o in c[0]]
         assert handed == list(range(len(handed))) and len(handed) <= 30
+
+
+def test_a_one_header_records_list_is_made_once_and_kept(codec):
+    # a record with one header keeps just its tuple until headers is read (compiled twin);
+    # the list it then makes is the record's: the same object on every read, changes stay,
+    # and equality, to_tuple and pickling see it
+    import pickle
+
+    data = kp_v2([(b"k", b"v", [("h", b"x")], 1), (b"k2", b"v2", [("a", b"1"), ("b", None)], 2)])
+    one, two = list(codec.iter_records(data))
+    h = one.headers
+    assert h == [("h", b"x")] and one.headers is h
+    h.append(("added", b"y"))
+    assert one.headers == [("h", b"x"), ("added", b"y")]
+    assert one.to_tuple()[5] == [("h", b"x"), ("added", b"y")]
+    assert pickle.loads(pickle.dumps(one)) == one
+    assert two.headers == [("a", b"1"), ("b", None)] and two.headers is two.headers
+    fresh, _ = list(codec.iter_records(data))
+    assert fresh != one and fresh.headers == [("h", b"x")]
