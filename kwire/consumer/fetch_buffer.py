@@ -167,10 +167,9 @@ class FetchBuffer:
 
 class Budget(Protocol):
     """What a :class:`ChunkDecoder` tells the budget (a :class:`HandBack`, in the application's
-    thread)."""
+    thread): that a raw chunk is finished.  The pieces it decodes are not counted (the driver
+    keeps ``decode_ahead_bytes`` for the one the application holds)."""
 
-    def add_decoded(self, tp: TP, nbytes: int) -> None: ...
-    def release(self, tp: TP, nbytes: int) -> None: ...
     def finish(self, chunk: FetchedChunk) -> None: ...
 
 
@@ -184,12 +183,6 @@ class HandBack:
     def __init__(self, returned: deque[FetchedChunk], on_return: Callable[[int], None]) -> None:
         self.returned = returned
         self.on_return = on_return
-
-    def add_decoded(self, tp: TP, nbytes: int) -> None:
-        pass
-
-    def release(self, tp: TP, nbytes: int) -> None:
-        pass
 
     def finish(self, chunk: FetchedChunk) -> None:
         if chunk.done:
@@ -225,8 +218,7 @@ class ChunkDecoder:
         """Decode a whole raw chunk at once (see :meth:`decode_piece`; for tests and callers
         without a budget)."""
         piece = self.decode_piece(chunk, None)
-        if piece is not None and not piece.records and piece.nbytes:
-            self.buffer.release(piece.tp, piece.nbytes)
+        if piece is not None and not piece.records:
             piece.nbytes = 0
         return piece
 
@@ -246,7 +238,7 @@ class ChunkDecoder:
     def decode_piece(self, chunk: FetchedChunk, max_bytes: int | None) -> FetchedChunk | None:
         """The next records of a raw chunk from :meth:`Fetcher.on_response` (decoded after the next
         Fetch went out, so the broker works while we decode): a FetchedChunk of records whose
-        decoded cost (``nbytes``, told to the budget: ``Budget.add_decoded``) is about
+        decoded cost (``nbytes``) is about
         ``max_bytes`` (None: all), or None.  ``chunk.done`` says the chunk is finished (its raw
         bytes are released then).  The last piece carries the chunk's ``next_offset``, and
         comes back even without records (only control batches or aborted transactions), so the
@@ -348,7 +340,6 @@ class ChunkDecoder:
         else:
             return None
         chunk.resume_offset = next_offset
-        self.buffer.add_decoded(tp, cost)
         return FetchedChunk(tp, recs, chunk.fence, cost, next_offset, chunk.high_watermark)
 
     def _failed(self, chunk: FetchedChunk) -> None:
