@@ -128,14 +128,38 @@ def test_frame_reader_recycles_large_buffers_nobody_references():
     assert all(len(x) <= framing.SPARE_MAX_BYTES * 9 // 8 for x in r._spares)
     assert len(r._spares) <= framing.SPARE_BUFFERS
     held = [_read_frame(r, b"m" * 15_000_000, piece=1 << 22) for _ in range(3)]  # three 15 MB buffers
-    assert len(r._spares) == 2 and r.spare_bytes <= framing.SPARE_TOTAL_BYTES
+    # still in use, all three are remembered (their holder keeps them alive anyway)
+    assert sum(len(x) >= 15_000_000 for x in r._spares) == 3
     assert all(h == b"m" * 15_000_000 for h in held)
     del held
     n = r.recycled
-    small = _read_frame(r, b"s" * 200_000)  # a free 15 MB buffer is there, but too big for it
-    assert r.recycled == n and len(small.obj) < 400_000
+    small = _read_frame(r, b"s" * 200_000)  # free 15 MB buffers are there, but too big for it
+    assert len(small.obj) < 400_000
+    # finishing it forgot the oldest idle buffers beyond the idle limits (45 MB > 32 MB)
+    idle = [len(x) for x in r._spares if x is not small.obj]
+    assert sum(n >= 15_000_000 for n in idle) == 2
+    assert len(idle) <= framing.SPARE_BUFFERS and sum(idle) <= framing.SPARE_TOTAL_BYTES
     r.release_spares()
     assert r.spare_bytes == 0
+
+
+def test_frame_reader_recycles_the_oldest_buffer_while_many_are_held():
+    """A consumer whose application is behind holds many answers (up to its fetch budget) and
+    frees the oldest first: that buffer is found for the next answer (it used to be forgotten
+    after four newer ones, and every answer took fresh memory)."""
+    from kwire.net import framing
+    r = FrameReader(1 << 26)
+    held = [_read_frame(r, bytes([i]) * 300_000) for i in range(12)]
+    oldest = id(held[0].obj)  # (its id: a reference would keep it out of reuse)
+    assert r.recycled == 0
+    del held[0]  # the application finished the oldest answer
+    x = _read_frame(r, b"x" * 300_000)
+    assert r.recycled == 1 and id(x.obj) == oldest and x == b"x" * 300_000
+    assert all(h == bytes([i + 1]) * 300_000 for i, h in enumerate(held))
+    # and no more than SPARE_TRACKED are remembered, however many are held
+    more = [_read_frame(r, b"m" * 200_000) for _ in range(framing.SPARE_TRACKED + 5)]
+    assert len(r._spares) == framing.SPARE_TRACKED
+    assert all(m == b"m" * 200_000 for m in more)
 
 
 def test_frame_reader_never_reads_past_a_recycled_buffers_payload():

@@ -15,16 +15,19 @@ copied through a small scratch buffer.
 
 Buffers of large payloads are recycled.  Fresh memory costs a page fault per 4 KiB on first touch
 and, for ``bytearray``, a zero fill -- more than the copy from the socket itself.  So the reader
-remembers the last few large buffers it handed out (:data:`SPARE_BUFFERS`, each at most
-:data:`SPARE_MAX_BYTES`, :data:`SPARE_TOTAL_BYTES` together), and fills the next large payload
-into one that nobody references any more: no view of it, no object decoded from it without a
-copy (records of a Fetch answer are views of the payload, so a buffer stays out of reuse until
-those are dropped).  The check is the buffer's
-reference count, which counts every memoryview and every buffer export of it.  A recycled buffer
-is only ever one that earlier data filled, and at most twice the payload, so the bound above
-holds for it too.  The network client forgets a connection's buffers once it has been idle for
-a while (:meth:`FrameReader.release_spares`).  Without CPython's reference counts and GIL (PyPy,
-free-threaded builds) nothing is recycled.
+remembers the large buffers it handed out (each at most :data:`SPARE_MAX_BYTES`), and fills the
+next large payload into one that nobody references any more: no view of it, no object decoded
+from it without a copy (records of a Fetch answer are views of the payload, so a buffer stays
+out of reuse until those are dropped).  The check is the buffer's reference count, which counts
+every memoryview and every buffer export of it.  A consumer whose application is behind holds
+many answers at once (up to its fetch budget) and frees the oldest first, so the reader
+remembers up to :data:`SPARE_TRACKED` buffers, in use or not (one in use costs nothing extra:
+its holder keeps it alive anyway), and keeps at most :data:`SPARE_BUFFERS` idle ones of
+:data:`SPARE_TOTAL_BYTES` together once a payload is finished (the oldest idle ones are
+forgotten first).  A recycled buffer is only ever one that earlier data filled, and at most
+twice the payload, so the bound above holds for it too.  The network client forgets a
+connection's buffers once it has been idle for a while (:meth:`FrameReader.release_spares`).
+Without CPython's reference counts and GIL (PyPy, free-threaded builds) nothing is recycled.
 
 A payload nobody wants any more (the answer to a request that timed out) can be dropped half
 way (:meth:`FrameReader.discard_current`): its remaining bytes are counted off as they arrive,
@@ -48,8 +51,11 @@ INITIAL_BUFFER_BYTES = 64 * 1024
 # Payloads at least this large, and at most SPARE_MAX_BYTES, are filled into recycled buffers.
 SPARE_MIN_BYTES = 128 * 1024
 SPARE_MAX_BYTES = 16 * 1024 * 1024
-SPARE_BUFFERS = 4  # per reader (connection): at most this many buffers are remembered,
-SPARE_TOTAL_BYTES = 32 * 1024 * 1024  # of at most this many bytes together
+SPARE_BUFFERS = 4  # per reader (connection): at most this many idle buffers are kept,
+SPARE_TOTAL_BYTES = 32 * 1024 * 1024  # of at most this many bytes together;
+# and at most this many remembered in all, idle or still in use (a consumer's fetch budget of
+# 64 MiB holds about 20 answers of 3 partitions x 1 MiB).
+SPARE_TRACKED = 32
 # A buffer grown for a recyclable payload gets this much headroom (1/8), so that the next,
 # slightly larger answer still fits it.
 _HEADROOM_SHIFT = 3
@@ -131,6 +137,22 @@ class FrameReader:
                 best = i
         return spares.pop(best) if best >= 0 else None
 
+    def _trim_spares(self) -> None:
+        """Forget the oldest buffers beyond :data:`SPARE_TRACKED`, and the oldest idle ones beyond
+        :data:`SPARE_BUFFERS` / :data:`SPARE_TOTAL_BYTES` of idle ones."""
+        spares = self._spares
+        if len(spares) > SPARE_TRACKED:
+            del spares[:len(spares) - SPARE_TRACKED]
+        idle = idle_bytes = 0
+        for i in range(len(spares) - 1, -1, -1):  # the newest first: the oldest idle ones go
+            if _getrefcount(spares[i]) <= _UNSHARED_REFS:
+                n = len(spares[i])
+                if idle < SPARE_BUFFERS and idle_bytes + n <= SPARE_TOTAL_BYTES:
+                    idle += 1
+                    idle_bytes += n
+                else:
+                    del spares[i]
+
     @property
     def spare_bytes(self) -> int:
         """Bytes held by remembered buffers (whether or not something still references them)."""
@@ -173,10 +195,8 @@ class FrameReader:
         if body is not None and self._filled == size:
             out.append(memoryview(body)[:size].toreadonly())
             if RECYCLING and SPARE_MIN_BYTES <= len(body) <= SPARE_MAX_BYTES + (SPARE_MAX_BYTES >> _HEADROOM_SHIFT):
-                spares = self._spares
-                spares.append(body)
-                while len(spares) > SPARE_BUFFERS or sum(map(len, spares)) > SPARE_TOTAL_BYTES:
-                    del spares[0]
+                self._spares.append(body)
+                self._trim_spares()
             self._body = None
             self._filled = self._size = 0
         return out
