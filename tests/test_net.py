@@ -701,3 +701,18 @@ def test_a_request_the_broker_does_not_answer_gives_an_empty_body(peer, unique_t
                 c.request(leader, "Metadata", _metadata_body([unique_topic]), 10000)
             return
         assert c.request(leader, "Metadata", _metadata_body([unique_topic]), 10000)["topics"]
+
+
+def test_receive_buffer_in_both_codec_twins():
+    """The frame reader's buffers: a bytearray of the size asked (the compiled twin leaves its
+    bytes uninitialised, which only the socket ever writes first); a negative size is an error."""
+    import kwire._codec as compiled
+    import kwire._pycodec as pure
+    for mod in (compiled, pure):
+        b = mod.receive_buffer(300_000)
+        assert type(b) is bytearray and len(b) == 300_000
+        b[:3] = b"abc"
+        assert bytes(b[:3]) == b"abc"
+        assert mod.receive_buffer(0) == bytearray()
+        with pytest.raises(ValueError, match="negative"):
+            mod.receive_buffer(-1)

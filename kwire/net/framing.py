@@ -39,9 +39,12 @@ import struct
 import sys
 from typing import cast
 
+from .._impl import codec_module
 from ..errors import ProtocolError
 
 _I32 = struct.Struct(">i")
+# A bytearray for a payload, left uninitialised by the compiled codec (see receive_buffer)
+_new_buffer = codec_module().receive_buffer
 
 # Reading a payload this large or larger goes straight into its own buffer.
 DIRECT_READ_MIN_BYTES = 64 * 1024
@@ -117,7 +120,7 @@ class FrameReader:
                                 f"{self.max_frame_bytes} (receive.message.max.bytes + slack)")
         body = self._unshared_spare(size) if size >= SPARE_MIN_BYTES else None
         if body is None:
-            body = bytearray(min(size, INITIAL_BUFFER_BYTES))
+            body = _new_buffer(min(size, INITIAL_BUFFER_BYTES))
         else:
             self.recycled += 1
         self._body = body
@@ -172,7 +175,7 @@ class FrameReader:
         if want > len(body):
             size = self._size
             cap = size + (size >> _HEADROOM_SHIFT) if SPARE_MIN_BYTES <= size <= SPARE_MAX_BYTES else size
-            new = bytearray(min(cap, max(want, GROWTH_FACTOR * len(body))))
+            new = _new_buffer(min(cap, max(want, GROWTH_FACTOR * len(body))))
             new[:self._filled] = memoryview(body)[:self._filled]
             self._body = body = new
         return body
