@@ -435,9 +435,10 @@ cdef object _rec_bounded(int codec, fn, src, Py_ssize_t n, Py_ssize_t position, 
     # gzip, lz4 or zstd into a block that starts at a few times the input and grows 4x, never
     # past limit + 1 bytes: output that fills that block is over the cap, and decompression
     # stops there (cramjam's *_into streams into the block and fails when it is full).
+    # (the block is left uninitialised: the codec writes what it keeps, the rest is cut off)
     cdef Py_ssize_t size = min(n * 8 + 65536, limit + 1)
     while True:
-        out = bytearray(size)
+        out = PyByteArray_FromStringAndSize(NULL, size)
         try:
             got = fn(src, out)
         except Exception as exc:
