@@ -19,6 +19,7 @@ from kwire.errors import (
 from kwire.net import sasl
 from kwire.net.handshake import (
     API_VERSIONS,
+    REAUTH_MARGIN_MS,
     REAUTH_SHARE,
     ApiVersionsNegotiation,
     choose_version,
@@ -150,6 +151,19 @@ def test_reauth_time_is_85_to_90_percent_of_the_lifetime_from_the_request():
     times = [reauth_at_ms(1_000, 10_000, rng) for _ in range(200)]
     assert all(1_000 + 10_000 * REAUTH_SHARE * 0.95 - 1 <= t <= 1_000 + 10_000 * REAUTH_SHARE for t in times)
     assert len(set(times)) > 10  # jittered
+
+
+def test_reauth_leaves_a_second_of_a_short_session_or_a_quarter_of_a_shorter_one():
+    """10% of a short lifetime is too little for a request written just before the renewal to
+    reach a loaded broker: at least REAUTH_MARGIN_MS stays, and at most a quarter is given up
+    (Kafka refuses a re-authentication within a second of the previous one)."""
+    rng = random.Random(2)
+    assert {reauth_at_ms(0, 5_000, rng) for _ in range(50)} == {5_000 - REAUTH_MARGIN_MS}
+    assert {reauth_at_ms(0, 3_000, rng) for _ in range(50)} == {2_250}
+    assert {reauth_at_ms(100, 2_000, rng) for _ in range(50)} == {100 + 1_500}
+    # a lifetime of an hour: 85-90% as before
+    assert all(3_600_000 * REAUTH_SHARE * 0.95 - 1 <= reauth_at_ms(0, 3_600_000, rng) <= 3_600_000 * REAUTH_SHARE
+               for _ in range(50))
 
 
 # --- SASL -------------------------------------------------------------------------------------

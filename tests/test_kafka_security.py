@@ -46,7 +46,7 @@ SCRAM_PASSWORDS = {"SCRAM-SHA-256": "scr4m256-Pa55word-QX", "SCRAM-SHA-512": "sc
 KEY_PASSWORD = "cl13nt-key-Pa55-QX"
 PASSWORDS = {"PLAIN": PLAIN_PASSWORD, **SCRAM_PASSWORDS}
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-REAUTH_MS = 2000  # connections.max.reauth.ms on the SASL_PLAINTEXT listener
+REAUTH_MS = 3000  # connections.max.reauth.ms on the SASL_PLAINTEXT listener
 
 _PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
                f'user_alice="{PLAIN_PASSWORD}";')

@@ -55,7 +55,8 @@ ApiVersions (state AUTHENTICATING): SaslHandshake v1 names the mechanism, then S
 carries the mechanism's messages (:mod:`kwire.net.sasl`) until it is done.  Credentials are
 never logged: the tracer and the ``kwire.protocol`` logger see ``auth_bytes`` as "<redacted>".
 When the broker gives the SASL session a lifetime (KIP-368), the connection re-authenticates in
-band after 85-90% of it (state REAUTHENTICATING): SaslHandshake and SaslAuthenticate go out on the
+band after 85-90% of it, at least a second before its end if that leaves three quarters
+(state REAUTHENTICATING): SaslHandshake and SaslAuthenticate go out on the
 same connection behind the requests already written, whose responses arrive first and complete
 as usual; requests made meanwhile wait until the session is renewed, since Kafka closes a
 connection that sends anything else during re-authentication or after its session expired.

@@ -41,7 +41,7 @@ from ..errors import (
 from ..protocol import api as _api
 
 __all__ = ["API_VERSIONS", "SetupRequest", "SetupStep", "ApiVersionsNegotiation", "choose_version",
-           "decode_body", "reauth_at_ms", "REAUTH_SHARE", "MAX_ZERO_PADDING"]
+           "decode_body", "reauth_at_ms", "REAUTH_SHARE", "REAUTH_MARGIN_MS", "MAX_ZERO_PADDING"]
 
 _log = logging.getLogger("kwire.net")
 
@@ -49,8 +49,14 @@ API_VERSIONS = _api.api("ApiVersions")
 UNSUPPORTED_VERSION = 35
 MAX_ZERO_PADDING = 2
 # Re-authenticate after this share of the broker's session lifetime, less up to 5% jitter (Java's
-# client: 85-95%).  Requests written before it still reach the broker in time.
+# client: 85-95%) -- but at least REAUTH_MARGIN_MS before the session ends, or after three
+# quarters of a shorter one: a request written just before the renewal starts must still reach
+# the broker before the session expires, or the broker closes the connection, and with a short
+# lifetime 10% is not much (200 ms of a 2 s session: a loaded machine's broker answered in
+# 292 ms and a consumer's Fetch arrived late).  Not earlier: Kafka refuses a re-authentication
+# less than a second after the previous one (ILLEGAL_SASL_STATE).
 REAUTH_SHARE = 0.9
+REAUTH_MARGIN_MS = 1000
 _I16 = struct.Struct(">h")
 
 ApiVersionRanges = dict[int, tuple[int, int]]  # api key -> (min, max) the broker supports
@@ -168,7 +174,8 @@ def reauth_at_ms(sent_ms: int, session_lifetime_ms: int, rng: random.Random) -> 
     broker's clock started between that and its answer."""
     if session_lifetime_ms <= 0:
         return 0
-    return sent_ms + int(session_lifetime_ms * REAUTH_SHARE * rng.uniform(0.95, 1.0))
+    share_ms = int(session_lifetime_ms * REAUTH_SHARE * rng.uniform(0.95, 1.0))
+    return sent_ms + max(session_lifetime_ms * 3 // 4, min(share_ms, session_lifetime_ms - REAUTH_MARGIN_MS))
 
 
 def decode_body(a: _api.Api, version: int, payload: bytes | bytearray | memoryview) -> dict[str, Any]:
