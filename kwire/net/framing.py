@@ -14,7 +14,9 @@ straight into that buffer (:meth:`FrameReader.direct_buffer`) so a 50 MB Fetch r
 copied through a small scratch buffer.
 
 Buffers of large payloads are recycled.  Fresh memory costs a page fault per 4 KiB on first touch
-and, for ``bytearray``, a zero fill -- more than the copy from the socket itself.  So the reader
+(3-6 us each on a small VM) -- more than the copy from the socket itself.  New buffers come from
+the codec's ``receive_buffer`` uninitialised (``bytearray(n)`` would zero-fill them, taking every
+fault under the GIL; untouched, they are faulted in by ``recv_into``, GIL released).  And the reader
 remembers the large buffers it handed out (each at most :data:`SPARE_MAX_BYTES`), and fills the
 next large payload into one that nobody references any more: no view of it, no object decoded
 from it without a copy (records of a Fetch answer are views of the payload, so a buffer stays
