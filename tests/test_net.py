@@ -716,3 +716,45 @@ def test_receive_buffer_in_both_codec_twins():
         assert mod.receive_buffer(0) == bytearray()
         with pytest.raises(ValueError, match="negative"):
             mod.receive_buffer(-1)
+
+
+def test_a_large_answer_cut_mid_way_gives_nothing_and_the_retry_is_exact(peer, create_topic, unique_topic):
+    """A Fetch answer of ~1.2 MB, read into a new, uninitialised buffer that grows as the bytes
+    arrive, cut by the connection after 300 KB: the request fails (KafkaConnectionError), no
+    part of it is handed out, and after the reconnect the same Fetch -- again, then into a
+    recycled buffer -- gives every record exactly (no byte the socket did not write shows)."""
+    from kwire import Producer
+    from kwire.records import iter_records
+
+    n = 12_000
+    create_topic(peer, unique_topic, 1)
+    with Producer({"bootstrap.servers": peer.bootstrap, "linger.ms": 50, "batch.size": 256 * 1024}) as p:
+        for i in range(n):
+            p.produce(unique_topic, value=b"%06d" % i + b"v" * 94, partition=0)
+        assert p.flush(30) == 0
+    with _client(peer.bootstrap) as c:
+        c.metadata.add_topics([unique_topic])
+        topic_id = c.refresh_metadata(timeout_ms=5000).topic_id(unique_topic)
+    host, port = peer.bootstrap.split(",")[0].rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy, _client(proxy.address, auto_metadata=False) as c:
+        node = c.ensure_ready(None).node_id  # the one broker, through the proxy
+
+        def body(v):
+            return {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 4 << 20,
+                    "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                    "topics": [{"topic": unique_topic, "topic_id": topic_id, "partitions": [{
+                        "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 4 << 20}]}],
+                    "forgotten_topics_data": [], "rack_id": ""}
+
+        proxy.cut_next_response(after_bytes=300_000)
+        f = c.send(node, "Fetch", body)
+        c.wait(f)
+        assert isinstance(f.error, KafkaConnectionError) and f.response is None, f.error
+        assert proxy.cuts == 1
+        for _ in range(3):  # a new connection's buffer, then recycled ones
+            data = c.request(node, "Fetch", body, 10_000)["responses"][0]["partitions"][0]["records"]
+            assert len(data) > 1_000_000
+            values = [(r.offset, r.value) for r in iter_records(data)]
+            assert values == [(i, b"%06d" % i + b"v" * 94) for i in range(n)]
+            del data
