@@ -219,6 +219,29 @@ def test_group_start_and_commit_round_trip(spark, peer, unique_topic):
     assert ks.read_kafka(spark, **fresh).count() == 0
 
 
+@pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
+def test_read_kafka_evens_tasks_out_over_the_cores(spark, peer, unique_topic, reader, monkeypatch):
+    """Three partitions on local[2]: four parts (two rounds of two tasks) rather than two tasks
+    and then one alone; exactly the records, and a group commit of the partitions' ends."""
+    import kwire.spark.planner as planner
+
+    monkeypatch.setattr(planner, "BALANCE_MIN_PART_OFFSETS", 4)  # 12 records a partition here
+    assert spark.sparkContext.defaultParallelism == 2
+    create(peer, unique_topic, 3)
+    fill(peer, unique_topic, 3, 12)
+    group = unique_topic + "-g"
+    df = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, commitToGroup=group))
+    assert df.rdd.getNumPartitions() == 4
+    sizes = sorted(df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect())
+    assert sizes == [6, 6, 12, 12]
+    assert offsets_of(df) == {p: list(range(12)) for p in range(3)}
+    assert ks.await_commit(df, 30) == {(unique_topic, p): 12 for p in range(3)}
+    # minPartitions=1: Spark's layout, a task per partition; fewer offsets than the minimum: kept
+    assert ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, minPartitions=1)).rdd.getNumPartitions() == 3
+    monkeypatch.setattr(planner, "BALANCE_MIN_PART_OFFSETS", 100_000)
+    assert ks.read_kafka(spark, reader=reader, **options(peer, unique_topic)).rdd.getNumPartitions() == 3
+
+
 # --- commitToGroup: only what a successful action read in full -----------------------------------
 
 def committed(tansu, topic: str, group: str, partitions: int) -> dict:

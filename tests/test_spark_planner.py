@@ -253,6 +253,27 @@ def test_split_property():
             assert max(sizes) - min(sizes) <= 1
 
 
+def test_balance_ranges_makes_whole_rounds_of_tasks():
+    three = [P.OffsetRange("t", p, 0, 300_000) for p in range(3)]
+    parts = P.balance_ranges(three, 2)  # two tasks then one alone -> four parts: two rounds
+    assert sorted(p.size for p in parts) == [150_000, 150_000, 300_000, 300_000]
+    _covers(three, parts)
+    assert P.balance_ranges(three, 3) == three  # already whole rounds
+    assert P.balance_ranges(three, 1) == three
+    assert len(P.balance_ranges(three[:2], 4)) == 4  # one round of half-size tasks
+    # the minimum allows only three parts: one range stays whole, no sooner done
+    assert P.balance_ranges(three[:2], 4, min_part_offsets=200_000) == three[:2]
+    five = [P.OffsetRange("t", p, 0, 200_000) for p in range(5)] + [P.OffsetRange("t", 9, 7, 7)]
+    parts = P.balance_ranges(five, 4)  # 8 parts wanted, 10 possible at 100,000 each
+    assert len([p for p in parts if p.size]) == 8 and P.OffsetRange("t", 9, 7, 7) in parts
+    _covers(five[:5], [p for p in parts if p.size])
+    # only 6 parts of the minimum: still sooner (two rounds: 1.5 ranges' time instead of 2)
+    assert len([p for p in P.balance_ranges(five, 4, min_part_offsets=160_000) if p.size]) == 6
+    small = [P.OffsetRange("t", p, 0, 1000) for p in range(3)]
+    assert P.balance_ranges(small, 2) == small  # not worth a task
+    assert P.balance_ranges([], 2) == []
+
+
 def test_pack_ranges_into_fewer_tasks():
     ranges = [P.OffsetRange("t", p, 0, n) for p, n in enumerate([20, 18, 16, 14, 12, 0])]
     groups = P.pack_ranges(ranges, 2)

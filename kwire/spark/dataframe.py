@@ -30,7 +30,7 @@ from .commit import PendingCommit, RangeReport, commit_after_full_read, progress
 from .executors import check_executors
 from .offset_reader import OffsetReader, lookup_topic_ids
 from .options import SourceOptions, parse_options
-from .planner import OffsetRange, Plan, task_groups
+from .planner import OffsetRange, Plan, balance_ranges, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
 
@@ -237,6 +237,10 @@ def _plan_batch(spark: SparkSession, opts: SourceOptions) -> tuple[Plan, ReadSet
     None -- with commitToGroup, the read tasks report each range they read to its end)."""
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
+    if opts.min_partitions is None and opts.max_records_per_partition is None and opts.max_partitions is None:
+        # no layout asked for: even out the tasks over the cores (minPartitions=1 keeps
+        # Spark's one task per partition)
+        plan = dataclasses.replace(plan, ranges=balance_ranges(plan.ranges, spark.sparkContext.defaultParallelism))
     check_executors(spark)
     settings = ReadSettings.from_options(opts)
     progress = None

@@ -42,6 +42,14 @@ kwire's own:
   partitions than the cluster has cores reads faster with ``N`` = the number of cores.  Spark's
   source has no such option (a task per topic partition at least); it cannot be combined with
   ``minPartitions`` or ``maxRecordsPerPartition``, which split ranges instead.
+* With none of ``minPartitions``, ``maxRecordsPerPartition`` and ``maxPartitions``, a batch
+  read (``read_kafka``, ``map_kafka_arrow``) evens its tasks out over the cluster's cores
+  (``defaultParallelism``): when the partitions are not a multiple of the cores, the largest
+  ranges are cut so the parts are, none below 100,000 offsets
+  (:func:`kwire.spark.planner.balance_ranges`).  Three partitions on two cores read as four
+  parts, not as two tasks and then one task alone.  ``minPartitions=1`` keeps Spark's layout
+  (a task per topic partition); ``spark.read.format("kwire")`` plans without knowing the cores
+  and keeps it too.
 * ``commitToGroup=<group.id>`` commits the end offsets of what was read to that group once the
   Spark job succeeded (streaming: after each micro-batch).  It is the "simple" commit, with no
   group membership (generation -1), which brokers accept while the group has no active members.

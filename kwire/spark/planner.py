@@ -37,7 +37,7 @@ from .options import EARLIEST, LATEST, OffsetSpec
 
 __all__ = [
     "DataLossError", "OffsetRange", "Plan", "timestamp_queries", "check_named_partitions",
-    "resolve", "plan_ranges", "split_ranges", "preferred_executor", "lag", "cap_offsets",
+    "resolve", "plan_ranges", "split_ranges", "balance_ranges", "preferred_executor", "lag", "cap_offsets",
     "offsets_to_json", "offsets_from_json", "topic_ids_from_json", "TOPIC_IDS_KEY",
 ]
 
@@ -219,6 +219,47 @@ def split_ranges(ranges: Sequence[OffsetRange], *, min_partitions: int | None = 
     for r, n in zip(ranges, parts):
         out.extend(_split_even(r, n))
     return out
+
+
+# A range is not cut for balance into parts smaller than this: below ~0.1 s of reading a
+# task's fixed costs (scheduling, the Python worker round trip, a connection) come close.
+BALANCE_MIN_PART_OFFSETS = 100_000
+
+
+def balance_ranges(ranges: Sequence[OffsetRange], slots: int, *,
+                   min_part_offsets: int | None = None) -> list[OffsetRange]:
+    """Split ranges so ``slots`` concurrent tasks finish together: the number of non-empty
+    parts becomes a multiple of ``slots`` (the fewest rounds of tasks that holds them all),
+    with the extra parts going to the ranges with the most offsets per part
+    (:func:`split_ranges`), but no part is cut below ``min_part_offsets`` (None:
+    :data:`BALANCE_MIN_PART_OFFSETS`).
+
+    The default layout of read_kafka and map_kafka_arrow when no split or pack option is
+    given: three partitions on two cores read as two tasks, then one task alone (half the
+    cores idle for a third of the job); as four parts, the second round is two half-size
+    tasks.  Ranges already a multiple of ``slots`` are left as they are, and so are ranges the
+    minimum would only let split into a layout that finishes no sooner (tasks start in order,
+    each on the first free core)."""
+    work = [r for r in ranges if r.size > 0]
+    if slots <= 1 or not work or len(work) % slots == 0:
+        return list(ranges)
+    want = -(-len(work) // slots) * slots
+    least = BALANCE_MIN_PART_OFFSETS if min_part_offsets is None else max(1, min_part_offsets)
+    most = sum(r.size for r in work) // least  # parts of at least the minimum
+    if min(want, most) <= len(work):
+        return list(ranges)
+    empty = len(ranges) - len(work)  # (split_ranges counts them as parts)
+    parts = split_ranges(ranges, min_partitions=min(want, most) + empty)
+    return parts if _makespan(parts, slots) < _makespan(ranges, slots) else list(ranges)
+
+
+def _makespan(ranges: Sequence[OffsetRange], slots: int) -> int:
+    """Offsets the busiest of ``slots`` cores reads when tasks start in order on the first
+    free one (Spark's order within a stage)."""
+    free = [0] * slots
+    for r in ranges:
+        heapq.heapreplace(free, free[0] + r.size)
+    return max(free)
 
 
 def pack_ranges(ranges: Sequence[OffsetRange], slots: int) -> list[list[OffsetRange]]:
