@@ -254,23 +254,23 @@ def test_split_property():
 
 
 def test_balance_ranges_makes_whole_rounds_of_tasks():
-    three = [P.OffsetRange("t", p, 0, 300_000) for p in range(3)]
+    three = [P.OffsetRange("t", p, 0, 1_000_000) for p in range(3)]
     parts = P.balance_ranges(three, 2)  # two tasks then one alone -> four parts: two rounds
-    assert sorted(p.size for p in parts) == [150_000, 150_000, 300_000, 300_000]
+    assert sorted(p.size for p in parts) == [500_000, 500_000, 1_000_000, 1_000_000]
     _covers(three, parts)
     assert P.balance_ranges(three, 3) == three  # already whole rounds
     assert P.balance_ranges(three, 1) == three
     assert len(P.balance_ranges(three[:2], 4)) == 4  # one round of half-size tasks
     # the minimum allows only three parts: one range stays whole, no sooner done
-    assert P.balance_ranges(three[:2], 4, min_part_offsets=200_000) == three[:2]
-    five = [P.OffsetRange("t", p, 0, 200_000) for p in range(5)] + [P.OffsetRange("t", 9, 7, 7)]
-    parts = P.balance_ranges(five, 4)  # 8 parts wanted, 10 possible at 100,000 each
+    assert P.balance_ranges(three[:2], 4, min_part_offsets=700_000) == three[:2]
+    five = [P.OffsetRange("t", p, 0, 2_000_000) for p in range(5)] + [P.OffsetRange("t", 9, 7, 7)]
+    parts = P.balance_ranges(five, 4)  # 8 parts wanted, 20 possible at 500,000 each
     assert len([p for p in parts if p.size]) == 8 and P.OffsetRange("t", 9, 7, 7) in parts
     _covers(five[:5], [p for p in parts if p.size])
     # only 6 parts of the minimum: still sooner (two rounds: 1.5 ranges' time instead of 2)
-    assert len([p for p in P.balance_ranges(five, 4, min_part_offsets=160_000) if p.size]) == 6
-    small = [P.OffsetRange("t", p, 0, 1000) for p in range(3)]
-    assert P.balance_ranges(small, 2) == small  # not worth a task
+    assert len([p for p in P.balance_ranges(five, 4, min_part_offsets=1_600_000) if p.size]) == 6
+    small = [P.OffsetRange("t", p, 0, 300_000) for p in range(3)]  # parts of 150,000
+    assert P.balance_ranges(small, 2) == small  # not worth the extra task
     assert P.balance_ranges([], 2) == []
 
 

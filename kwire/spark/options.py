@@ -45,7 +45,7 @@ kwire's own:
 * With none of ``minPartitions``, ``maxRecordsPerPartition`` and ``maxPartitions``, a batch
   read (``read_kafka``, ``map_kafka_arrow``) evens its tasks out over the cluster's cores
   (``defaultParallelism``): when the partitions are not a multiple of the cores, the largest
-  ranges are cut so the parts are, none below 100,000 offsets
+  ranges are cut so the parts are, none below 500,000 offsets
   (:func:`kwire.spark.planner.balance_ranges`).  Three partitions on two cores read as four
   parts, not as two tasks and then one task alone.  ``minPartitions=1`` keeps Spark's layout
   (a task per topic partition); ``spark.read.format("kwire")`` plans without knowing the cores
