@@ -20,6 +20,7 @@ from kwire.protocol import api as P
 
 from .fake_broker import FakeBroker, api_versions_ok, frame
 from .tcp_proxy import TcpProxy
+from .wire_bodies import fetch_body
 
 
 def _client(bootstrap: str, **cfg) -> NetworkClient:
@@ -739,13 +740,7 @@ def test_a_large_answer_cut_mid_way_gives_nothing_and_the_retry_is_exact(peer, c
     with TcpProxy(host, int(port)) as proxy, _client(proxy.address, auto_metadata=False) as c:
         node = c.ensure_ready(None).node_id  # the one broker, through the proxy
 
-        def body(v):
-            return {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 4 << 20,
-                    "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-                    "topics": [{"topic": unique_topic, "topic_id": topic_id, "partitions": [{
-                        "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                        "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 4 << 20}]}],
-                    "forgotten_topics_data": [], "rack_id": ""}
+        body = fetch_body(unique_topic, topic_id, max_wait_ms=100, partition_max_bytes=4 << 20)
 
         proxy.cut_next_response(after_bytes=300_000)
         f = c.send(node, "Fetch", body)

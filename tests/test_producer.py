@@ -15,6 +15,7 @@ from kwire.net import NetworkClient
 from kwire.producer import Producer, fnv1a, murmur2, partition_for
 
 from .fake_broker import FakeBroker, api_versions_ok, frame
+from .wire_bodies import fetch_body
 
 GOLDEN = Path(__file__).parent / "golden"
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -286,17 +287,6 @@ def _record_json(offset, ts, key, value, headers):
             "headers": [[k, None if v is None else v.hex()] for k, v in (headers or [])]}
 
 
-def _fetch_body(topic: str, topic_id):
-    def body(version):
-        return {"replica_id": -1, "max_wait_ms": 200, "min_bytes": 1, "max_bytes": 4 << 20,
-                "isolation_level": 0, "session_id": 0, "session_epoch": -1,
-                "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [{
-                    "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                    "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-                "forgotten_topics_data": [], "rack_id": ""}
-    return body
-
-
 def _decode_fetch_records(records_blob):
     from kwire.records import iter_records
     return [_record_json(r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(records_blob)]
@@ -323,7 +313,7 @@ def test_librdkafka_batches_decode_exactly(peer, create_topic, unique_topic, com
         c.metadata.add_topics([unique_topic])
         md = c.refresh_metadata(timeout_ms=5000)
         leader = md.leader_for(unique_topic, 0)
-        f = c.send(leader, "Fetch", _fetch_body(unique_topic, md.topic_id(unique_topic)), keep_raw=True)
+        f = c.send(leader, "Fetch", fetch_body(unique_topic, md.topic_id(unique_topic)), keep_raw=True)
         c.wait(f)
         resp = f.result()
     part = resp["responses"][0]["partitions"][0]

@@ -316,6 +316,35 @@ def test_failed_actions_commit_nothing(spark, peer, unique_topic, reader):
     assert ks.await_commit(df, 30) == {(unique_topic, 0): 10, (unique_topic, 1): 10}
 
 
+@pytest.mark.parametrize("reader", READERS)
+def test_balanced_parts_commit_nothing_when_one_part_fails(spark, peer, unique_topic, reader, monkeypatch):
+    """Partition 0 read as two parts (three partitions evened out over local[2]): a task
+    failing in the second part, after the first part and the other partitions were read to
+    their ends, commits nothing -- not partition 0 up to the cut either; a partial action
+    commits nothing; a full read then commits every partition's end."""
+    import kwire.spark.planner as planner
+
+    monkeypatch.setattr(planner, "BALANCE_MIN_PART_OFFSETS", 4)
+    group = unique_topic + "-g"
+    df = commit_frame(spark, peer, unique_topic, group, reader, partitions=3, per=12)
+    plain = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, startingOffsets="earliest"))
+    parts = sorted(plain.rdd.mapPartitions(lambda rows: [sorted({(r.partition, r.offset) for r in rows})]).collect())
+    assert len(parts) == 4 and [(0, o) for o in range(6)] in parts  # partition 0: [0, 6) and [6, 12)
+
+    def fail(partition, offset):
+        if partition == 0 and offset == 9:
+            raise ValueError("boom in the second part")
+        return offset
+
+    with pytest.raises(Exception, match="boom in the second part"):
+        df.select(F.udf(fail, LongType())("partition", "offset")).collect()
+    assert len(df.limit(20).collect()) == 20
+    settle(df, 2)
+    assert committed(peer, unique_topic, group, 3) == {(unique_topic, p): None for p in range(3)}
+    assert df.count() == 36
+    assert ks.await_commit(df, 30) == {(unique_topic, p): 12 for p in range(3)}
+
+
 def test_a_failing_commit_is_raised_by_await_commit(spark, peer, unique_topic, monkeypatch):
     from kwire.errors import CommitFailedError
 
