@@ -173,9 +173,16 @@ PROPERTIES: tuple[Prop, ...] = (
        role=CONSUMER, min=1, max=100000000),
     _p("fetch.wait.max.ms", "int", 500, "Longest a broker waits for fetch.min.bytes.",
        role=CONSUMER, min=0, max=300000, aliases=("fetch.max.wait.ms",)),
-    _p("fetch.max.bytes", "int", 52428800, "Maximum bytes per Fetch response.", role=CONSUMER,
+    _p("fetch.max.bytes", "int", 52428800, "Maximum bytes per Fetch response.  The consumer asks "
+       "for at most 12 MiB (and a quarter of queued.max.messages.kbytes) per answer: measured, "
+       "larger answers read slower, being read whole before their first record is decoded "
+       "(an explicit max.partition.fetch.bytes above that raises it).", role=CONSUMER,
        min=0, max=2147483135),
-    _p("max.partition.fetch.bytes", "int", 1048576, "Maximum bytes per partition per Fetch.",
+    _p("max.partition.fetch.bytes", "int", 1048576, "Maximum bytes per partition per Fetch.  Not "
+       "given, the consumer shares each node's answer (see fetch.max.bytes) among the partitions "
+       "it fetches from that node, 1 MiB (this default) at least -- three partitions ask for 4 MiB "
+       "each, twelve or more for 1 MiB -- so few partitions do not leave it waiting on the broker "
+       "with small answers; Spark read tasks ask for 4 MiB.  Given, it is used as given.",
        role=CONSUMER, min=1, max=1000000000, aliases=("fetch.message.max.bytes",)),
     _p("queued.max.messages.kbytes", "int", 65536, "Maximum KiB of memory for fetched records "
        "buffered ahead of poll(), summed over partitions, whatever the compression: record sets "

@@ -208,6 +208,13 @@ def test_without_topic_ids_fetch_stays_below_v13():
         assert log.fetches[0][0] == 12
 
 
+def test_a_read_asks_for_4_mib_unless_told():
+    with FakeLog([batch(0, [0, 1])]) as log:
+        assert rows(log.settings(), (0, 0, 2)) == [(0, b"v0"), (1, b"v1")]
+        assert rows(log.settings(kafka={"max.partition.fetch.bytes": 70_000}), (0, 0, 2)) == [(0, b"v0"), (1, b"v1")]
+        assert [pmb for _, _, pmb in log.fetches] == [R.READ_FETCH_BYTES, 70_000] and R.READ_FETCH_BYTES == 4 << 20
+
+
 def test_compaction_gaps_end_the_range_at_until():
     # offsets 2, 3, 5, 6 were compacted away; 7..9 are gone as whole batches
     log_batches = [batch(0, [0, 1, 4], last_delta=6), batch(10, [0, 2])]

@@ -92,7 +92,9 @@ class Driver(CommandHandlers):
         self._fetcher = Fetcher(
             self._subs, self._md, fetch_min_bytes=cfg.fetch_min_bytes,
             fetch_max_wait_ms=cfg.fetch_wait_max_ms, fetch_max_bytes=cfg.fetch_max_bytes,
-            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+            # not given: sized per node from the answer (Fetcher, fetch_buffer.fetch_answer_bytes)
+            max_partition_fetch_bytes=(cfg.max_partition_fetch_bytes
+                                       if "max.partition.fetch.bytes" in cfg.user else None),
             buffer_budget_bytes=cfg.queued_max_messages_kbytes * 1024,
             read_committed=self._isolation == READ_COMMITTED, check_crcs=cfg.check_crcs,
             client_rack=cfg.client_rack, retry_backoff_ms=cfg.retry_backoff_ms,

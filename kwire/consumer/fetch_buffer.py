@@ -52,6 +52,28 @@ def _record_overhead_bytes() -> int:
 
 RECORD_OVERHEAD_BYTES = _record_overhead_bytes()
 DECODE_AHEAD_BYTES = 8 << 20   # the most decoded data waiting for the application
+# How much one Fetch answer asks for.  Kafka answers one Fetch per node at a time, so a small
+# answer leaves the consumer waiting on the broker's turnaround (and costs the broker a request
+# per answer), a large one is read whole before its first record is decoded, after it left the
+# CPU's cache.  Measured on Kafka 4.3 (3M records of 100 B, 1-12 partitions, one node; a 2-core
+# machine with 32 MiB of L3): answers of ~12 MiB read fastest; 3 MiB ones (three partitions at
+# Java's 1 MiB each) 1.2-1.4x slower, 24-48 MiB ones 1.4-1.6x slower with ~40% more CPU per record.
+ANSWER_TARGET_BYTES = 12 << 20
+PARTITION_FETCH_BYTES = 1 << 20  # max.partition.fetch.bytes's default: the least a partition gets
+
+
+def fetch_answer_bytes(budget_bytes: int, fetch_max_bytes: int, partition_max_bytes: int | None = None) -> int:
+    """The bytes to ask one Fetch answer for: ANSWER_TARGET_BYTES, at most fetch.max.bytes and a
+    quarter of the memory budget (answers on the way overlap the one being decoded), but never
+    less than an explicit max.partition.fetch.bytes (``partition_max_bytes``)."""
+    target = max(1, min(fetch_max_bytes, ANSWER_TARGET_BYTES, budget_bytes // 4))
+    return max(target, partition_max_bytes or 0)
+
+
+def partition_fetch_bytes(answer_bytes: int, partitions: int) -> int:
+    """max.partition.fetch.bytes when the user gave none: the answer shared by the node's
+    ``partitions`` (one partition may fill it), but at least Java's default of 1 MiB."""
+    return max(PARTITION_FETCH_BYTES, answer_bytes // max(1, partitions))
 WORKER_AHEAD_BYTES = 8 << 20   # the most the decompression worker holds ahead of the decoder
 _MIN_PIECE_BYTES = 4096
 _MAX_STEP = 1 << 16            # records taken from the iterator at once

@@ -44,6 +44,7 @@ logged, once per broker until a fetch from it succeeds again -- garbage is never
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -53,6 +54,7 @@ from ..protocol.schema import ZERO_UUID
 from ._codes import E, is_invalid_metadata
 from ._codes import error as broker_error
 from .fetch_buffer import (
+    PARTITION_FETCH_BYTES,
     WORKER_AHEAD_BYTES,
     Budget,
     ChunkDecoder,
@@ -60,6 +62,8 @@ from .fetch_buffer import (
     OnFailed,
     _Frame,
     _records_module,
+    fetch_answer_bytes,
+    partition_fetch_bytes,
 )
 from .fetch_buffer import FetchedChunk as FetchedChunk  # (re-exported: its old home)
 from .subscription import SubscriptionState
@@ -181,7 +185,7 @@ def decode_partition(iter_records: Callable[..., Any], data: Any, fetch_offset: 
 class Fetcher:
     def __init__(self, subscriptions: SubscriptionState, metadata: Any, *, fetch_min_bytes: int = 1,
                  fetch_max_wait_ms: int = 500, fetch_max_bytes: int = 52428800,
-                 max_partition_fetch_bytes: int = 1048576, buffer_budget_bytes: int = 64 << 20,
+                 max_partition_fetch_bytes: int | None = None, buffer_budget_bytes: int = 64 << 20,
                  read_committed: bool = True, check_crcs: bool = False, client_rack: str | None = None,
                  retry_backoff_ms: int = 100, request_timeout_ms: int = 30000,
                  iter_records: Callable[..., Any] | None = None,
@@ -192,7 +196,10 @@ class Fetcher:
         self.fetch_min_bytes = fetch_min_bytes
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.fetch_max_bytes = fetch_max_bytes
+        # None: max.partition.fetch.bytes not given -- each node's partitions share an answer of
+        # answer_bytes (see fetch_answer_bytes), at least 1 MiB each
         self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.answer_bytes = fetch_answer_bytes(buffer_budget_bytes, fetch_max_bytes, max_partition_fetch_bytes)
         self.read_committed = read_committed
         self.check_crcs = check_crcs
         self.client_rack = client_rack or ""
@@ -240,14 +247,14 @@ class Fetcher:
 
     # --- poll ----------------------------------------------------------------------------------
 
-    def _partition_data(self, tp: TP) -> PartData:
+    def _partition_data(self, tp: TP, max_bytes: int) -> PartData:
         st = self.subs.state(tp)
         pos = st.position
         assert pos is not None  # (fetchable: it has a position)
         p = self.metadata.partition(tp[0], tp[1])
         leader_epoch = p.leader_epoch if p is not None and p.leader_epoch is not None else -1
         last_epoch = pos.offset_epoch if pos.offset_epoch is not None else -1
-        return (pos.offset, leader_epoch, last_epoch, self.max_partition_fetch_bytes)
+        return (pos.offset, leader_epoch, last_epoch, max_bytes)
 
     def poll(self, now_ms: int) -> PollResult:
         return PollResult(self._fetches(now_ms), self._backoff_end_ms())
@@ -272,29 +279,52 @@ class Fetcher:
         if used >= budget:
             self.starved = True
             return out
+        leaders = {tp: self.metadata.leader_for(tp[0], tp[1]) for tp in fetchable}
+        per_node = Counter(leaders.values())
+        fixed = self.max_partition_fetch_bytes
         room = self.buffer.raw_room_bytes()
-        share = max(room // max(1, len(fetchable)), self.max_partition_fetch_bytes)
+        share = max(room // max(1, len(fetchable)), fixed or PARTITION_FETCH_BYTES)
         buffered = self.buffer.buffered
         by_node: dict[int, dict[TP, PartData]] = {}
-        any_skipped = False
+        held_back: set[int | None] = set()  # nodes leading a partition skipped for want of room
         for tp in fetchable:
+            node = leaders[tp]
             if buffered.get(tp, 0) >= share:
-                any_skipped = True
+                held_back.add(node)
                 continue
             if tp in self._backoff_until:
                 continue
-            node = self.metadata.leader_for(tp[0], tp[1])
             if node is None:
                 self.metadata.request_update()
                 continue
-            by_node.setdefault(node, {})[tp] = self._partition_data(tp)
-        self.starved = any_skipped
+            pmax = fixed or partition_fetch_bytes(self.answer_bytes, per_node[node])
+            by_node.setdefault(node, {})[tp] = self._partition_data(tp, pmax)
+        self.starved = bool(held_back)
         free = budget - used
         for node, wanted in by_node.items():
             if node in self.inflight or now_ms < self._node_backoff_until.get(node, 0):
                 continue
-            out.append(self._request(node, wanted, min(self.fetch_max_bytes, max(free, 1))))
+            if node in held_back and all(self._at_end(tp) for tp in wanted):
+                # Every partition we would ask for is at its end, so the broker would hold the
+                # answer for fetch.wait.max.ms -- and with it the node's one Fetch, while a
+                # partition of the same node that is behind waits here only for room.  Wait
+                # for that room instead (the application wakes us when it frees some) and ask
+                # for all of them then.
+                continue
+            out.append(self._request(node, wanted, min(self.answer_bytes, max(free, 1))))
         return out
+
+    def _at_end(self, tp: TP) -> bool:
+        """The position is at the end the broker would answer up to (the last stable offset
+        under read_committed, else -- or when the broker gave none -- the high watermark), as
+        of the last answer."""
+        st = self.subs.get(tp)
+        if st is None or st.position is None:
+            return False
+        end = st.high_watermark
+        if self.read_committed and st.last_stable_offset >= 0:
+            end = st.last_stable_offset
+        return 0 <= end <= st.position.offset
 
     def _backoff_end_ms(self) -> int | None:
         """The end of the earliest backoff (poll() drops expired ones, so this is ahead)."""

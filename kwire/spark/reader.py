@@ -162,6 +162,13 @@ class _Retry(Exception):
     """Internal: this attempt failed in a way worth retrying after a pause."""
 
 
+# What a read task asks each Fetch for when kafka.max.partition.fetch.bytes is not given: with
+# Java's 1 MiB the task mostly waits on the broker's turnaround (one partition of 1M records x
+# 100 B on Kafka 4.3 read in 0.149 s at 1 MiB, 0.110 s at 4 MiB, 0.096-0.100 s at 8-12 MiB,
+# medians of 9).  A task holds at most two answers: the one decoded, the next on the wire.
+READ_FETCH_BYTES = 4 << 20
+
+
 class _Fetcher:
     def __init__(self, client: NetworkClient, cfg: Config, settings: ReadSettings, topic: str, partition: int,
                  topic_id: uuid.UUID | None = None) -> None:
@@ -172,7 +179,8 @@ class _Fetcher:
         self.topic = topic
         self.partition = partition
         self.isolation = 1 if cfg.isolation_level == "read_committed" else 0
-        self.partition_max_bytes = cfg.max_partition_fetch_bytes
+        self.partition_max_bytes = (cfg.max_partition_fetch_bytes if "max.partition.fetch.bytes" in cfg.user
+                                    else READ_FETCH_BYTES)
         self.where = f"{topic}-{partition}"
         client.metadata.add_topics([topic])
 

@@ -12,7 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from kwire import records
-from kwire.consumer.fetch_buffer import RECORD_OVERHEAD_BYTES, HandBack
+from kwire.consumer.fetch_buffer import (
+    ANSWER_TARGET_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    HandBack,
+    fetch_answer_bytes,
+)
 from kwire.consumer.fetcher import Fetcher
 from kwire.consumer.subscription import SubscriptionState
 from kwire.errors import CorruptRecordError, DecompressionLimitError
@@ -131,11 +136,76 @@ def test_the_budget_keeps_room_for_decoded_pieces_and_the_worker():
     assert f.buffer.piece_bytes == 512 << 10
     f64, _ = _fetcher([tp], budget=64 << 20)
     assert (f64.buffer.decode_ahead_bytes, f64.buffer.worker_ahead_bytes) == (8 << 20, 8 << 20)
-    # the request asks for what the budget leaves for raw bytes
-    f.metadata = SimpleNamespace(leader_for=lambda t, p: 1, partition=lambda t, p: None,
-                                 topic_id=lambda t: None, request_update=lambda: None)
+    # the request asks for an answer of a quarter of the budget (fetch_answer_bytes) ...
+    f.metadata = _one_node()
     [req] = f.poll(0).requests
-    assert req.body(12)["max_bytes"] == (8 << 20) - (2 << 20) - (1 << 20)
+    assert req.body(12)["max_bytes"] == 2 << 20
+    # ... and never for more than the budget leaves for raw bytes
+    f.buffer.buffered_total = (5 << 20) - 1000
+    f.inflight.clear()
+    [req] = f.poll(0).requests
+    assert req.body(12)["max_bytes"] == 1000
+
+
+def _one_node(leader=1):
+    return SimpleNamespace(leader_for=lambda t, p: leader, partition=lambda t, p: None,
+                           topic_id=lambda t: None, request_update=lambda: None)
+
+
+def _sizes(req):
+    body = req.body(12)
+    return body["max_bytes"], {(t["topic"], p["partition"]): p["partition_max_bytes"]
+                               for t in body["topics"] for p in t["partitions"]}
+
+
+def test_an_answer_is_about_12_mib_shared_by_the_nodes_partitions():
+    assert fetch_answer_bytes(64 << 20, 50 << 20) == ANSWER_TARGET_BYTES == 12 << 20
+    assert fetch_answer_bytes(8 << 20, 50 << 20) == 2 << 20          # a quarter of the budget
+    assert fetch_answer_bytes(64 << 20, 1 << 20) == 1 << 20          # fetch.max.bytes
+    assert fetch_answer_bytes(64 << 20, 50 << 20, 30 << 20) == 30 << 20  # an explicit partition max
+    for n, each in ((1, 12 << 20), (3, 4 << 20), (6, 2 << 20), (12, 1 << 20), (40, 1 << 20)):
+        tps = [("t", i) for i in range(n)]
+        f, _ = _fetcher(tps, budget=64 << 20)
+        f.metadata = _one_node()
+        [req] = f.poll(0).requests
+        assert _sizes(req) == (12 << 20, {tp: each for tp in tps})
+    # max.partition.fetch.bytes given: as given, and the answer holds at least one of them
+    tps = [("t", 0), ("t", 1)]
+    f, _ = _fetcher(tps, budget=64 << 20, max_partition_fetch_bytes=20 << 20)
+    f.metadata = _one_node()
+    [req] = f.poll(0).requests
+    assert _sizes(req) == (20 << 20, {tp: 20 << 20 for tp in tps})
+    # partitions of two nodes: each node's share is its own
+    tps = [("t", i) for i in range(4)]
+    f, _ = _fetcher(tps, budget=64 << 20)
+    f.metadata = SimpleNamespace(leader_for=lambda t, p: 1 if p == 0 else 2, partition=lambda t, p: None,
+                                 topic_id=lambda t: None, request_update=lambda: None)
+    sizes = sorted(sorted(_sizes(r)[1].items()) for r in f.poll(0).requests)
+    assert sizes == [[(("t", 0), 12 << 20)], [(("t", i), 4 << 20) for i in (1, 2, 3)]]
+
+
+def test_partitions_at_their_end_do_not_hold_the_node_while_another_waits_for_room():
+    # b is behind but waits for room (its buffered bytes reached its share); a is at its end.
+    # A Fetch for a alone would be held by the broker for fetch.wait.max.ms, and b could not be
+    # fetched from that node until it came back: nothing goes out until b has room again.
+    a, b = ("t", 0), ("t", 1)
+    f, subs = _fetcher([a, b], budget=8 << 20)
+    f.metadata = _one_node()
+    subs.update_watermarks(a, 0)                    # a: at its end (high watermark 0)
+    subs.update_watermarks(b, 10_000)
+    f.buffer.add_raw(b, 4 << 20)                    # b: at its share of the room
+    result = f.poll(0)
+    assert result.requests == [] and f.starved      # the application's hand-back wakes us
+    f.buffer.release_all()                          # the application freed b's room
+    [req] = f.poll(0).requests
+    assert set(_sizes(req)[1]) == {a, b}
+    # a not at its end: it is fetched at once, without b
+    f.inflight.clear()
+    subs.update_watermarks(a, 500)
+    f.buffer.release_all()
+    f.buffer.add_raw(b, 4 << 20)
+    [req] = f.poll(0).requests
+    assert set(_sizes(req)[1]) == {a}
 
 
 def test_a_frame_stays_counted_until_its_last_partition_is_decoded():

@@ -337,14 +337,15 @@ def test_buffer_budget_stops_and_resumes_fetching(cluster):
 
 
 def test_request_asks_only_for_free_bytes(cluster):
-    s = Setup(cluster, budget=1000, fetch_max_bytes=10**6)
+    s = Setup(cluster, budget=4000, fetch_max_bytes=10**6)
     s.assign([("t", 0)])
-    s.fetcher.buffer.buffered[("t", 0)] = 300
-    s.fetcher.buffer.buffered_total = 300
+    s.fetcher.buffer.buffered[("t", 0)] = 2700
+    s.fetcher.buffer.buffered_total = 2700
     s.driver.run(50)
-    # 1000 - 300 raw - 250 kept for decoded pieces (a quarter of the budget)
-    assert s.fetcher.buffer.decode_ahead_bytes == 250
-    assert s.fetch_bodies()[0][2]["max_bytes"] == 450
+    # 4000 - 2700 raw - 1000 kept for decoded pieces (a quarter of the budget): less than the
+    # answer it would ask for otherwise (a quarter of the budget, fetch_answer_bytes)
+    assert s.fetcher.buffer.decode_ahead_bytes == 1000 and s.fetcher.answer_bytes == 1000
+    assert s.fetch_bodies()[0][2]["max_bytes"] == 300
 
 
 # --- per-partition errors ----------------------------------------------------------------------
