@@ -33,6 +33,9 @@ They mirror the option names of Spark's Kafka source, so a job moves over by cha
 
 kwire's own:
 
+* Read tasks ask for 4 MiB of their partition per Fetch unless ``kafka.max.partition.fetch.bytes``
+  is given (with Java's 1 MiB a task mostly waited on the broker's turnaround); a task holds at
+  most two answers.
 * ``startingOffsets=group`` starts each partition at the committed offset of the consumer group
   ``kafka.group.id`` (or ``commitToGroup``), like Flink's GROUP_OFFSETS start mode; a partition
   without one starts per ``kafka.auto.offset.reset`` (earliest / latest / error).
