@@ -52,6 +52,9 @@ def _record_overhead_bytes() -> int:
 
 RECORD_OVERHEAD_BYTES = _record_overhead_bytes()
 DECODE_AHEAD_BYTES = 8 << 20   # the most decoded data waiting for the application
+WORKER_AHEAD_BYTES = 8 << 20   # the most the decompression worker holds ahead of the decoder
+_MIN_PIECE_BYTES = 4096
+_MAX_STEP = 1 << 16            # records taken from the iterator at once
 # How much one Fetch answer asks for.  Kafka answers one Fetch per node at a time, so a small
 # answer leaves the consumer waiting on the broker's turnaround (and costs the broker a request
 # per answer), a large one is read whole before its first record is decoded, after it left the
@@ -74,9 +77,6 @@ def partition_fetch_bytes(answer_bytes: int, partitions: int) -> int:
     """max.partition.fetch.bytes when the user gave none: the answer shared by the node's
     ``partitions`` (one partition may fill it), but at least Java's default of 1 MiB."""
     return max(PARTITION_FETCH_BYTES, answer_bytes // max(1, partitions))
-WORKER_AHEAD_BYTES = 8 << 20   # the most the decompression worker holds ahead of the decoder
-_MIN_PIECE_BYTES = 4096
-_MAX_STEP = 1 << 16            # records taken from the iterator at once
 
 
 class FetchedChunk:

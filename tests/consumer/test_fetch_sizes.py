@@ -62,3 +62,30 @@ def test_a_partition_behind_is_not_held_up_by_a_long_poll_for_one_at_its_end(kaf
     assert sum(1 for a in before if a.get(1)) >= 3
     # and no answer came back empty (held by the broker) while partition 1 was still behind
     assert all(any(a.values()) for a in before), [a for a in before if not any(a.values())]
+
+
+def _first_fetch_sizes(events):
+    """(max_bytes, [partition_max_bytes of each partition]) of the first Fetch sent (a full
+    session request names every partition)."""
+    body = next(e["body"] for e in events if e["api"] == "Fetch" and e["direction"] == "send")
+    return body["max_bytes"], sorted(p["partition_max_bytes"] for t in body["topics"] for p in t["partitions"])
+
+
+def test_a_nodes_partitions_share_a_12_mib_answer_unless_told(kafka, unique_topic, create_topic):
+    create_topic(kafka, unique_topic, 3)
+    for partition in range(3):
+        _produce(kafka, unique_topic, partition, 10)
+    for extra, expected in (({}, (12 << 20, [4 << 20] * 3)),
+                            ({"max.partition.fetch.bytes": 65536}, (12 << 20, [65536] * 3)),
+                            ({"queued.max.messages.kbytes": 8192}, (2 << 20, [1 << 20] * 3))):
+        events: list[dict] = []
+        cfg = {"bootstrap.servers": kafka.bootstrap, "group.id": f"{unique_topic}-{len(extra)}-{expected[0]}",
+               "auto.offset.reset": "earliest", "enable.auto.commit": False, **extra}
+        got = 0
+        with Consumer(cfg, tracer=events.append) as c:
+            c.subscribe([unique_topic])
+            end = time.monotonic() + 30
+            while got < 30 and time.monotonic() < end:
+                got += len(c.consume(100, timeout=0.5))
+        assert got == 30
+        assert _first_fetch_sizes(events) == expected, extra
