@@ -79,8 +79,12 @@ class Settings:
     * ``KWIRE_BENCH_CLIENTS`` / ``KWIRE_BENCH_TARGETS`` — comma lists to run a subset;
     * ``KWIRE_BENCH_SCALING_RECORDS`` (default 500,000; smoke 200) and
       ``KWIRE_BENCH_SCALING_CLIENTS`` — the scaling sweep;
-    * ``KWIRE_BENCH_REPEAT`` (default 3; smoke 1) and ``KWIRE_BENCH_SCALING_REPEAT`` (1) —
+    * ``KWIRE_BENCH_REPEAT`` (default 5; smoke 1) and ``KWIRE_BENCH_SCALING_REPEAT`` (1) —
       runs per client and point; the run with the median records/s is reported, all are kept;
+    * ``KWIRE_BENCH_WARMUP_ROUNDS`` (default 1; smoke 0) — end-to-end rounds of every client
+      run first and left out of the medians (kept in the JSON as ``warmup``): a broker that
+      has just started (Kafka's JIT, the page cache) otherwise slows whichever client comes
+      first, and a broker in service is warm;
     * ``KWIRE_BENCH_RESULTS`` — where the JSON goes (default ``bench/results``);
     * ``KWIRE_BENCH_TIMEOUT_S`` — the most one client run may take (default scales with size).
     """
@@ -97,6 +101,7 @@ class Settings:
     timeout_s: float | None
     repeat: int = 1
     scaling_repeat: int = 1
+    warmup_rounds: int = 0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -114,8 +119,9 @@ class Settings:
                 ("kwire-consumer", "kwire-fetch-arrow", "kwire-fetch-raw", "confluent-kafka", "aiokafka"))),
             results_dir=Path(os.environ.get("KWIRE_BENCH_RESULTS") or ROOT / "bench" / "results"),
             timeout_s=float(os.environ["KWIRE_BENCH_TIMEOUT_S"]) if os.environ.get("KWIRE_BENCH_TIMEOUT_S") else None,
-            repeat=max(1, _env_int("KWIRE_BENCH_REPEAT", 1 if smoke else 3)),
+            repeat=max(1, _env_int("KWIRE_BENCH_REPEAT", 1 if smoke else 5)),
             scaling_repeat=max(1, _env_int("KWIRE_BENCH_SCALING_REPEAT", 1)),
+            warmup_rounds=max(0, _env_int("KWIRE_BENCH_WARMUP_ROUNDS", 0 if smoke else 1)),
         )
 
     def run_timeout_s(self, records: int, payload_bytes: int) -> float:
@@ -707,17 +713,21 @@ def _median_run(results: list[RunResult]) -> dict:
 
 
 def run_matrix(target: Target, ds: Dataset, clients, settings: Settings, *, extra: dict | None = None,
-               repeat: int | None = None, log=print) -> list[dict]:
+               repeat: int | None = None, warmup_rounds: int = 0, log=print) -> list[dict]:
     """Every client ``repeat`` times against one prepared target (round robin, so a change in
-    the machine's load touches every client alike); per client the median run, as JSON."""
+    the machine's load touches every client alike); per client the median run, as JSON.
+    ``warmup_rounds`` rounds of every client go first and are left out of the median (each
+    client's JSON keeps them as ``warmup``)."""
     repeat = settings.repeat if repeat is None else repeat
     results: dict[str, list[RunResult]] = {c: [] for c in clients}
-    for i in range(repeat):
+    warm: dict[str, list[RunResult]] = {c: [] for c in clients}
+    for i in range(warmup_rounds + repeat):
         for client in clients:
             res = run_client(client, target, ds, settings)
-            results[client].append(res)
+            (warm if i < warmup_rounds else results)[client].append(res)
             m = res.metrics
-            tag = f"{client}#{i + 1}" if repeat > 1 else client
+            tag = (f"{client}#warm-up{i + 1}" if i < warmup_rounds
+                   else f"{client}#{i - warmup_rounds + 1}" if repeat > 1 else client)
             if res.ok:
                 log(f"  {target.name:7s} {tag:28s} {m.get('records_per_s') or 0:>12,.0f} rec/s "
                     f"{m.get('cpu_s_per_million') or 0:7.2f} cpu-s/M  broker {m.get('broker_cpu_s_per_million') or 0:6.2f} "
@@ -727,6 +737,9 @@ def run_matrix(target: Target, ds: Dataset, clients, settings: Settings, *, extr
     runs = []
     for client in clients:
         d = _median_run(results[client])
+        if warm[client]:
+            d["warmup"] = [{"ok": r.ok, "error": r.error, **{k: r.metrics.get(k) for k in _REPEAT_KEYS}}
+                           for r in warm[client]]
         d.update(extra or {})
         runs.append(d)
     return runs

@@ -26,7 +26,8 @@ def test_e2e(target_name):
                                  settings.value_bytes)
         ds = target.prepare(wanted)
         print(f"\n{target_name}: {ds.records:,} records x {ds.value_bytes} B on {ds.partitions} partitions")
-        runs = harness.run_matrix(target, ds, settings.clients, settings)
+        runs = harness.run_matrix(target, ds, settings.clients, settings,
+                                  warmup_rounds=settings.warmup_rounds)
         described = target.describe()
     path = harness.write_results(settings, f"e2e-{target_name}", {
         "target": described, "dataset": ds.to_json(), "requested_dataset": wanted.to_json(), "runs": runs})

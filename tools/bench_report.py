@@ -630,7 +630,10 @@ METRICS_NOTE = (
     "window (from /proc); peak RSS is the process's high-water mark (`VmHWM`); group join is subscribe() until "
     "the first assignment (the `kwire-fetch-*` rows read assigned partitions without a group). "
     "Each client runs alone in its own process, one after another; with several runs per client "
-    "(round robin over the clients) the table shows the run with the median records/s.")
+    "(round robin over the clients) the table shows the run with the median records/s.  End-to-end "
+    "runs start with a warm-up round of every client, left out of the medians (kept in the JSON): a "
+    "broker that has just started is slower for whichever client meets it first, and one in service "
+    "is warm.")
 
 
 def full_report(data: dict, charts: dict) -> str:
