@@ -45,9 +45,9 @@
 
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
-from cpython.bytes cimport PyBytes_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_New, PyList_SET_ITEM, PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM, PyTuple_GET_ITEM
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from libc.string cimport memcmp
@@ -78,6 +78,7 @@ cdef enum:
     _V2_CRC_START = 21          # the v2 CRC covers attributes..end
     _MIN_RECORD = 7             # smallest v2 record: seven one-byte varints/fields
     _HK_SLOTS = 8               # header-key cache: one entry per header position
+    _HEADER_MISSES_MAX = 32     # header-pair sharing: differing values in a row before giving up
     _HK_MAX = 64                # longest header key the cache remembers
 
 _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -822,6 +823,19 @@ cdef struct _V2Run:
     int32_t leader_epoch
 
 
+cdef inline bint _same_header(tuple h, str key, const uint8_t* p, Py_ssize_t n):
+    """Whether the header ``h`` ((str, bytes | None)) has the key ``key`` (the decoder's
+    cached str, compared by identity) and the value of ``n`` bytes at ``p`` (-1: null)."""
+    cdef object v
+    if <PyObject*>PyTuple_GET_ITEM(h, 0) is not <PyObject*>key:
+        return False
+    v = <object>PyTuple_GET_ITEM(h, 1)
+    if n < 0:
+        return v is None
+    return (v is not None and PyBytes_GET_SIZE(v) == n
+            and memcmp(PyBytes_AS_STRING(v), p, n) == 0)
+
+
 @cython.final
 @cython.no_gc
 cdef class _RecDecoder:
@@ -876,6 +890,11 @@ cdef class _RecDecoder:
     cdef PyObject* hk_str[_HK_SLOTS]
     cdef Py_ssize_t hk_len[_HK_SLOTS]
     cdef char hk_raw[_HK_SLOTS][_HK_MAX]
+    # likewise whole headers: the (key, value) pair last made at each position, which the
+    # next record shares when its header there is the same (key and value); h_misses counts
+    # the records in a row whose header there differed (at _HEADER_MISSES_MAX: no more tries)
+    cdef PyObject* h_pair[_HK_SLOTS]
+    cdef int h_misses[_HK_SLOTS]
 
     def __cinit__(self, data, bint check_crc, topic, int32_t partition,
                   int32_t leader_epoch_default,
@@ -901,6 +920,8 @@ cdef class _RecDecoder:
         for i in range(_HK_SLOTS):
             Py_XDECREF(self.hk_str[i])
             self.hk_str[i] = NULL
+            Py_XDECREF(self.h_pair[i])
+            self.h_pair[i] = NULL
         self.release_run()
         self.stop_pipe()
         kw_zctx_free(&self.zctx)
@@ -1442,21 +1463,36 @@ cdef class _RecDecoder:
             rd_zz32_to(&rc, &hvlen)
             if hvlen >= 0:
                 rd_view(&rc, hvlen, &p)
-                hval = PyBytes_FromStringAndSize(<const char*>p, hvlen)
-            elif hvlen == -1:
-                hval = None
-            else:
+            elif hvlen != -1:
                 raise CorruptRecordError(
                     f"record at position {rec_start} has header value length {hvlen}",
                     position=rec_start)
-            h = PyTuple_New(2)
-            Py_INCREF(hkey)
-            PyTuple_SET_ITEM(h, 0, hkey)
-            Py_INCREF(hval)
-            PyTuple_SET_ITEM(h, 1, hval)
-            # A header tuple holds only str/bytes/None: it cannot be part of a cycle, so the
-            # cyclic GC need not track it (records are created by the million).
-            PyObject_GC_UnTrack(<void*>h)
+            if j < _HK_SLOTS and self.h_pair[j] != NULL and _same_header(
+                    <tuple>self.h_pair[j], hkey, p, hvlen):
+                # the header the last record had at this position: the pair is immutable,
+                # so this record shares it (no str, bytes or tuple made)
+                h = <tuple>self.h_pair[j]
+                self.h_misses[j] = 0
+            else:
+                hval = PyBytes_FromStringAndSize(<const char*>p, hvlen) if hvlen >= 0 else None
+                h = PyTuple_New(2)
+                Py_INCREF(hkey)
+                PyTuple_SET_ITEM(h, 0, hkey)
+                Py_INCREF(hval)
+                PyTuple_SET_ITEM(h, 1, hval)
+                # A header tuple holds only str/bytes/None: it cannot be part of a cycle, so
+                # the cyclic GC need not track it (records are created by the million).
+                PyObject_GC_UnTrack(<void*>h)
+                if j < _HK_SLOTS and self.h_misses[j] < _HEADER_MISSES_MAX:
+                    # remember it for the next record, until this position's values have
+                    # differed from record to record too often (unique ids: then stop trying)
+                    self.h_misses[j] += 1
+                    Py_XDECREF(self.h_pair[j])
+                    if self.h_misses[j] < _HEADER_MISSES_MAX:
+                        Py_INCREF(h)
+                        self.h_pair[j] = <PyObject*>h
+                    else:
+                        self.h_pair[j] = NULL
             if hlist is None:
                 headers = h
             else:

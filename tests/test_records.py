@@ -1162,6 +1162,39 @@ def test_headers_list_is_the_records_own(codec):
     assert codec.Record(1, 2, 0, None, b"v").headers == []
 
 
+def test_a_repeated_header_is_shared(compiled):
+    # a record whose header at a position is the previous record's there (key and value)
+    # shares its (key, value) tuple (immutable: nothing to tell apart but identity); a
+    # different value, a null after a non-null value, a key too long for the key cache do not
+    long_key = "k" * 200
+    rows = [[("ct", b"json")], [("ct", b"json")], [("ct", b"json")], [("ct", b"avro")],
+            [("ct", None)], [("ct", None)], [], [("ct", None)], [(long_key, b"x")],
+            [(long_key, b"x")], [("ct", b"json"), ("id", b"1")], [("ct", b"json"), ("id", b"2")]]
+    data = compiled.build_batch([(None, b"v", h, 0) for h in rows], 0)
+    recs = list(compiled.iter_records(data))
+    assert [r.headers for r in recs] == rows
+    same = [[a is b for a, b in zip(recs[i].headers, recs[i - 1].headers)] for i in range(1, len(recs))]
+    assert same == [[True], [True], [False], [False], [True], [], [], [False], [False],
+                    [False], [True, False]]
+    assert recs[7].headers[0] is recs[5].headers[0]     # a record without headers between
+    # changing a record's headers list changes nothing of another's
+    recs[1].headers.append(("added", None))
+    assert recs[0].headers == [("ct", b"json")] and recs[2].headers == [("ct", b"json")]
+
+
+def test_header_sharing_stops_trying_after_a_run_of_differing_values(compiled):
+    # unique values (trace ids): after 32 differing values in a row the decoder stops
+    # comparing, so equal values that follow are no longer shared; the records are the same
+    rows = [[("trace", b"%08d" % i)] for i in range(40)] + [[("trace", b"same")]] * 3
+    data = compiled.build_batch([(None, b"v", h, 0) for h in rows], 0)
+    recs = list(compiled.iter_records(data))
+    assert [r.headers for r in recs] == rows
+    assert recs[41].headers[0] == recs[42].headers[0] and recs[41].headers[0] is not recs[42].headers[0]
+    short = [[("trace", b"%08d" % i)] for i in range(10)] + [[("trace", b"same")]] * 3
+    recs = list(compiled.iter_records(compiled.build_batch([(None, b"v", h, 0) for h in short], 0)))
+    assert recs[11].headers[0] is recs[12].headers[0]
+
+
 def test_key_and_value_are_member_descriptors(compiled):
     # record.key / record.value go through member descriptors, which the interpreter
     # specialises in an application's loop (a __slots__ attribute's cost), not getset
