@@ -45,26 +45,53 @@ def test_a_killed_parent_takes_its_broker_along(tmp_path, broker):
     """A test run or demo killed without its teardown (os._exit here) leaves no broker behind:
     Apache Kafka's JVM and Tansu both die with the process that started them."""
     start = ("from kwire.embedded.kafka import KafkaCluster\nk = KafkaCluster(1)\npid = k.nodes[1].proc.pid\n"
+             "work = str(k.workdir)\n"
              if broker == "kafka" else
-             "from kwire.embedded import TansuBroker\nk = TansuBroker()\npid = k.proc.pid\n")
+             "from kwire.embedded import TansuBroker\nk = TansuBroker()\npid = k.proc.pid\nwork = ''\n")
     script = (
         "import os, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         + start +
-        "print(pid, flush=True)\n"
+        "print(work, pid, flush=True)\n"
         "os._exit(0)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr[-2000:]
-    pid = int(out.stdout.split()[-1])
+    *work, pid_text = out.stdout.split()
+    pid = int(pid_text)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            break
         time.sleep(0.1)
-    os.kill(pid, 9)
-    pytest.fail(f"the {broker} broker {pid} outlived the process that started it")
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"the {broker} broker {pid} outlived the process that started it")
+    if broker == "kafka":
+        # its work directory stays until the next cluster on the machine sweeps it away
+        workdir = Path(work[0])
+        assert (workdir / "owner.pid").exists()
+        assert workdir in ek.remove_orphaned_workdirs(str(workdir.parent))
+        assert not workdir.exists()
+
+
+def test_only_the_work_directories_of_dead_owners_are_swept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dirs = {}
+    for name, owner in (("dead", str(dead.pid)), ("alive", str(os.getpid())), ("kept", None),
+                        ("garbled", "not a pid")):
+        d = tmp_path / f"kwire-kafka-4.3.1-{name}"
+        (d / "node-1").mkdir(parents=True)
+        if owner is not None:
+            (d / "owner.pid").write_text(owner)
+        dirs[name] = d
+    (tmp_path / "something-else").mkdir()
+    (tmp_path / "something-else" / "owner.pid").write_text(str(dead.pid))
+    assert ek.remove_orphaned_workdirs(str(tmp_path)) == [dirs["dead"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kwire-kafka-4.3.1-alive", "kwire-kafka-4.3.1-garbled", "kwire-kafka-4.3.1-kept", "something-else"]
 
 
 def test_a_restarted_node_keeps_its_data(request):

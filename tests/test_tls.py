@@ -166,8 +166,8 @@ def test_sasl_scram_over_tls(pki):
                 c.ensure_ready(None, timeout_ms=10_000)
 
 
-def test_tls_client_against_a_plaintext_listener_fails_within_setup_timeout(tansu, pki):
-    cfg = _tls(tansu.bootstrap, pki, **{"socket.connection.setup.timeout.ms": 1500})
+def test_tls_client_against_a_plaintext_listener_fails_within_setup_timeout(peer, pki):
+    cfg = _tls(peer.bootstrap, pki, **{"socket.connection.setup.timeout.ms": 1500})
     with NetworkClient(cfg, auto_metadata=False) as c:
         start = time.monotonic()
         with pytest.raises((KafkaConnectionError, SslAuthenticationError, kwire.errors.KafkaTimeoutError)):

@@ -18,7 +18,10 @@ Each node gets free loopback ports, its own ``log.dirs`` and log directory, is f
 ``kafka.tools.StorageTool`` and started with ``kafka.Kafka``.  Ready means: every node answers
 ApiVersions on its client listener and Metadata lists all brokers, over the wire.  ``close()``
 kills every process and removes the data; the logs stay in
-``self.workdir`` when ``keep_logs`` (the test fixtures keep them for failed tests).
+``self.workdir`` when ``keep_logs`` (the test fixtures keep them for failed tests).  A process
+killed before ``close()`` takes its JVMs along (they die with their parent); the work
+directory it left is removed by the next cluster started on the machine
+(:func:`remove_orphaned_workdirs`: a work directory names its owner's pid until ``close()``).
 
 Listeners beyond PLAINTEXT (SSL, SASL_PLAINTEXT, SASL_SSL) and any broker property are given by
 the caller: ``KafkaCluster(listeners=("SASL_PLAINTEXT", "SSL"), properties={...})``; the
@@ -339,6 +342,32 @@ class KafkaNode:
         return "\n".join(parts)
 
 
+_OWNER_FILE = "owner.pid"      # in a cluster's work directory until close(): the pid that made it
+
+
+def remove_orphaned_workdirs(root: str | None = None) -> list[Path]:
+    """Remove the work directories (under ``root``, default the temporary directory) of
+    clusters whose process died without closing them -- killed; its JVMs died with it.  A
+    directory whose owner is alive, or kept for its logs by ``close()``, stays.  Returns the
+    directories removed."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob("kwire-kafka-*"):
+        try:
+            pid = int((d / _OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+            continue                                  # alive (or a pid reused: keep it)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue                                  # alive, someone else's
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 class KafkaCluster:
     """``num_nodes`` combined KRaft nodes of Apache Kafka ``version`` on loopback."""
 
@@ -355,7 +384,10 @@ class KafkaCluster:
         self.keep_logs = keep_logs
         self.java = java_binary()
         self.classpath = str(kafka_jars(version) / "*")
+        if workdir is None:
+            remove_orphaned_workdirs()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"kwire-kafka-{version}-"))
+        (self.workdir / _OWNER_FILE).write_text(str(os.getpid()))
         (self.workdir / "log4j2.properties").write_text(_LOG4J2)
         self.nodes_ids = list(range(1, num_nodes + 1))
         self.cluster_id = self._random_uuid()
@@ -492,6 +524,7 @@ class KafkaCluster:
         if self.keep_logs:
             for node in nodes:
                 shutil.rmtree(node.data_dir, ignore_errors=True)
+            (self.workdir / _OWNER_FILE).unlink(missing_ok=True)   # kept on purpose: no sweep
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
