@@ -696,6 +696,11 @@ _REPEAT_KEYS = ("records_per_s", "cpu_s_per_million", "records_per_s_from_assign
                 "other_cpu_s")
 
 
+def _brief(r: RunResult) -> dict:
+    """One run as the JSON lists of repeats and warm-up runs keep it."""
+    return {"ok": r.ok, "error": r.error, **{k: r.metrics.get(k) for k in _REPEAT_KEYS}}
+
+
 def _median_run(results: list[RunResult]) -> dict:
     """The run with the median records/s among the successful ones (all runs kept beside it)."""
     ok = [r for r in results if r.ok]
@@ -706,8 +711,7 @@ def _median_run(results: list[RunResult]) -> dict:
         chosen = results[0]
     d = chosen.to_json()
     if len(results) > 1:
-        d["repeats"] = [{"ok": r.ok, "error": r.error, **{k: r.metrics.get(k) for k in _REPEAT_KEYS}}
-                        for r in results]
+        d["repeats"] = [_brief(r) for r in results]
         d["repeat_failures"] = sum(1 for r in results if not r.ok)
     return d
 
@@ -738,8 +742,7 @@ def run_matrix(target: Target, ds: Dataset, clients, settings: Settings, *, extr
     for client in clients:
         d = _median_run(results[client])
         if warm[client]:
-            d["warmup"] = [{"ok": r.ok, "error": r.error, **{k: r.metrics.get(k) for k in _REPEAT_KEYS}}
-                           for r in warm[client]]
+            d["warmup"] = [_brief(r) for r in warm[client]]
         d.update(extra or {})
         runs.append(d)
     return runs

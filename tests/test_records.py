@@ -1182,6 +1182,21 @@ def test_a_repeated_header_is_shared(compiled):
     assert recs[0].headers == [("ct", b"json")] and recs[2].headers == [("ct", b"json")]
 
 
+def test_a_damaged_header_after_shared_ones_is_a_corrupt_record(codec):
+    # the third record repeats the header the first two share, but its value length runs past
+    # the record's end: the two records before it come out whole, then CorruptRecordError
+    # (the length is checked against the record before any comparison with the shared pair)
+    data = bytearray(codec.build_batch([(None, b"v%d" % i, [("ct", b"json")], 0) for i in range(3)], 0))
+    at = bytes(data).rindex(b"\x04ct\x08json")
+    data[at + 3] = 0x7E                                  # value length 63 of a 4-byte rest
+    data = v2_patch(bytes(data))                         # a valid CRC over the damaged record
+    got = []
+    with pytest.raises(CorruptRecordError, match="needed 63 bytes"):
+        for r in codec.iter_records(data):
+            got.append((r.value, r.headers))
+    assert got == [(b"v0", [("ct", b"json")]), (b"v1", [("ct", b"json")])]
+
+
 def test_header_sharing_stops_trying_after_a_run_of_differing_values(compiled):
     # unique values (trace ids): after 32 differing values in a row the decoder stops
     # comparing, so equal values that follow are no longer shared; the records are the same
