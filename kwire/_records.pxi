@@ -79,6 +79,12 @@ cdef enum:
     _MIN_RECORD = 7             # smallest v2 record: seven one-byte varints/fields
     _HK_SLOTS = 8               # header-key cache: one entry per header position
     _HEADER_MISSES_MAX = 32     # header-pair sharing: differing values in a row before giving up
+    _READ_OFFSET = 1            # which of a Record's computed fields were read (Record._reads)
+    _READ_TIMESTAMP = 2
+    _READ_HEADERS = 4
+    _READ_ALL = 7
+    _READ_READY_RECORDS = 16384  # _ReadRecords made after a Record was read in full
+    _READ_PROBE_EVERY = 1024     # while making _ReadRecords, every this many a Record
     _HK_MAX = 64                # longest header key the cache remembers
 
 _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -92,7 +98,18 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 # --- the user-facing objects -----------------------------------------------------------
 
-@cython.final
+# How many more records the decoders make as _ReadRecords: set to _READ_READY_RECORDS when
+# the application reads a Record's offset, timestamp and headers (see _ReadRecord).  Shared
+# by every decoder and thread; it decides only which of two equal-valued types is made.
+cdef Py_ssize_t _read_ready_left = 0
+cdef Py_ssize_t _read_probe = 0
+
+cdef void _read_in_full() noexcept:
+    # a Record's offset, timestamp and headers were all read: make _ReadRecords for a while
+    global _read_ready_left
+    _read_ready_left = _READ_READY_RECORDS
+
+
 @cython.no_gc
 @cython.freelist(1024)
 cdef class Record:
@@ -109,9 +126,13 @@ cdef class Record:
     one, the same list on every read): most records have none, and a list per record was a
     third of the decoder's allocations and what set the collector's clock going.  Likewise a
     record with one header holds just its ``(key, value)`` tuple until then.
+
+    Iterating records (``iter_records``), an application that reads every record's offset,
+    timestamp and headers gets instances of a private subclass with the same values, those
+    three made while decoding (see ``_ReadRecord``): test with ``isinstance``, not ``type``.
     """
-    cdef readonly int64_t offset
-    cdef readonly int64_t timestamp
+    cdef int64_t _offset
+    cdef int64_t _timestamp
     cdef readonly int timestamp_type
     cdef readonly bytes key
     cdef readonly bytes value
@@ -121,11 +142,12 @@ cdef class Record:
     cdef public str topic
     cdef public int32_t partition
     cdef public int32_t leader_epoch
+    cdef uint8_t _reads             # _READ_* bits: which of the computed fields were read
 
     def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
                  topic=None, partition=-1, leader_epoch=-1):
-        self.offset = offset
-        self.timestamp = timestamp
+        self._offset = offset
+        self._timestamp = timestamp
         self.timestamp_type = timestamp_type
         self.key = None if key is None else bytes(key)
         self.value = None if value is None else bytes(value)
@@ -135,8 +157,27 @@ cdef class Record:
         self.leader_epoch = leader_epoch
 
     @property
+    def offset(self):
+        """The record's offset in its partition."""
+        self._reads |= _READ_OFFSET
+        if self._reads == _READ_ALL:
+            _read_in_full()
+        return self._offset
+
+    @property
+    def timestamp(self):
+        """The record's timestamp (ms since the epoch; -1 none)."""
+        self._reads |= _READ_TIMESTAMP
+        if self._reads == _READ_ALL:
+            _read_in_full()
+        return self._timestamp
+
+    @property
     def headers(self):
         """The record's headers: a list of ``(str, bytes | None)``."""
+        self._reads |= _READ_HEADERS
+        if self._reads == _READ_ALL:
+            _read_in_full()
         cdef object h = self._headers
         cdef list out
         if type(h) is list:
@@ -153,14 +194,14 @@ cdef class Record:
 
     def to_tuple(self):
         """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
-        return (self.offset, self.timestamp, self.timestamp_type, self.key, self.value,
+        return (self._offset, self._timestamp, self.timestamp_type, self.key, self.value,
                 self.headers, self.topic, self.partition, self.leader_epoch)
 
     def __eq__(self, other):
         if not isinstance(other, Record):
             return NotImplemented
         cdef Record o = <Record>other
-        return (self.offset == o.offset and self.timestamp == o.timestamp
+        return (self._offset == o._offset and self._timestamp == o._timestamp
                 and self.timestamp_type == o.timestamp_type and self.key == o.key
                 and self.value == o.value and self.headers == o.headers
                 and self.topic == o.topic and self.partition == o.partition
@@ -174,7 +215,7 @@ cdef class Record:
         return (Record, self.to_tuple())
 
     def __repr__(self):
-        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, "
+        return (f"Record(offset={self._offset}, timestamp={self._timestamp}, "
                 f"timestamp_type={self.timestamp_type}, key={self.key!r}, value={self.value!r}, "
                 f"headers={self.headers!r}, topic={self.topic!r}, partition={self.partition}, "
                 f"leader_epoch={self.leader_epoch})")
@@ -231,6 +272,75 @@ cdef _record_member_descriptors():
 
 
 _record_member_descriptors()
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(1024)
+cdef class _ReadRecord(Record):
+    """A Record made for an application that reads offset, timestamp and headers.
+
+    Record computes those three when they are read (an int object each, the headers list):
+    a record that is only counted or whose value alone is read costs nothing for them.  Read
+    through a getset, each costs ~9 ns more than a plain slot (CPython specialises attribute
+    loads only for object slots).  While an application reads all three of every record, the
+    decoder makes this subclass instead, with the three made at decoding and served from
+    object slots (member descriptors); the values are the same, ``type(r)`` is not.
+    """
+    cdef object _offset_obj
+    cdef object _timestamp_obj
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("_ReadRecord is made by the decoder; construct a Record")
+
+    def __reduce__(self):
+        return (Record, self.to_tuple())
+
+
+cdef extern from *:
+    """
+    #define KW_READ_OFFSET_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec__ReadRecord, _offset_obj))
+    #define KW_READ_TIMESTAMP_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec__ReadRecord, _timestamp_obj))
+    #define KW_RECORD_HEADERS_OFFSET ((Py_ssize_t)offsetof(struct __pyx_obj_5kwire_6_codec_Record, _headers))
+    """
+    Py_ssize_t KW_READ_OFFSET_OFFSET
+    Py_ssize_t KW_READ_TIMESTAMP_OFFSET
+    Py_ssize_t KW_RECORD_HEADERS_OFFSET
+
+cdef PyMemberDef _READ_RECORD_MEMBERS[3]
+
+
+cdef _read_record_member_descriptors():
+    cdef PyTypeObject* t = <PyTypeObject*>_ReadRecord
+    cdef int i
+    _READ_RECORD_MEMBERS[0].name = b"offset"
+    _READ_RECORD_MEMBERS[0].offset = KW_READ_OFFSET_OFFSET
+    _READ_RECORD_MEMBERS[0].doc = b"The record's offset in its partition."
+    _READ_RECORD_MEMBERS[1].name = b"timestamp"
+    _READ_RECORD_MEMBERS[1].offset = KW_READ_TIMESTAMP_OFFSET
+    _READ_RECORD_MEMBERS[1].doc = b"The record's timestamp (ms since the epoch; -1 none)."
+    _READ_RECORD_MEMBERS[2].name = b"headers"
+    _READ_RECORD_MEMBERS[2].offset = KW_RECORD_HEADERS_OFFSET
+    _READ_RECORD_MEMBERS[2].doc = b"The record's headers: a list of ``(str, bytes | None)``."
+    for i in range(3):
+        _READ_RECORD_MEMBERS[i].type = T_OBJECT_EX
+        _READ_RECORD_MEMBERS[i].flags = READONLY
+        PyDict_SetItemString(t.tp_dict, _READ_RECORD_MEMBERS[i].name,
+                             PyDescr_NewMember(t, &_READ_RECORD_MEMBERS[i]))
+    PyType_Modified(t)
+
+
+_read_record_member_descriptors()
+
+
+def _read_ready_records(Py_ssize_t n=-1):
+    """How many more records the decoders make as _ReadRecords; with ``n`` >= 0, set that
+    first (tests)."""
+    global _read_ready_left, _read_probe
+    if n >= 0:
+        _read_ready_left = n
+        _read_probe = 0
+    return _read_ready_left
 
 
 @cython.final
@@ -837,6 +947,26 @@ cdef inline bint _same_header(tuple h, str key, const uint8_t* p, Py_ssize_t n):
 
 
 @cython.final
+cdef Record _rec_read_record(int64_t offset, int64_t timestamp, object headers):
+    # A _ReadRecord with its offset, timestamp and headers list made (the rest is the caller's)
+    cdef _ReadRecord r = _ReadRecord.__new__(_ReadRecord)
+    cdef list hlist
+    r._offset_obj = offset
+    r._timestamp_obj = timestamp
+    if type(headers) is list:
+        r._headers = headers
+        return r
+    if headers is None:
+        hlist = PyList_New(0)
+    else:
+        hlist = PyList_New(1)
+        Py_INCREF(headers)
+        PyList_SET_ITEM(hlist, 0, headers)
+    PyObject_GC_UnTrack(<void*>hlist)
+    r._headers = hlist
+    return r
+
+
 @cython.no_gc
 cdef class _RecDecoder:
     """Walks the entries of one buffer.  next_entry() fills a _RecEntry and leaves the
@@ -1346,7 +1476,7 @@ cdef class _RecDecoder:
         cdef int32_t i
         cdef Record r
         for i in range(self.run.count):
-            r = self.v2_next()
+            r = self.v2_next(False)
             Py_INCREF(r)
             PyList_SET_ITEM(out, i, r)
         self.v2_end()
@@ -1358,7 +1488,7 @@ cdef class _RecDecoder:
             _rec_busy()
         try:
             if self.run.remaining > 0:
-                return self.v2_next()
+                return self.v2_next(True)
             self.v2_end()
         except BaseException as exc:
             self.lazy_failed(exc)
@@ -1376,7 +1506,7 @@ cdef class _RecDecoder:
             _rec_busy()
         try:
             while k < n and self.run.remaining > 0:
-                r = self.v2_next()
+                r = self.v2_next(False)
                 out.append(r)
                 k += 1
             if k == n:
@@ -1400,7 +1530,7 @@ cdef class _RecDecoder:
         return 0
 
     @cython.boundscheck(False)
-    cdef Record v2_next(self):
+    cdef Record v2_next(self, bint one_by_one):
         # The hot loop body: one Record, its key/value bytes and header tuples; everything
         # else stays in C variables.
         cdef _V2Run* run = &self.run
@@ -1509,9 +1639,29 @@ cdef class _RecDecoder:
             raise CorruptRecordError(
                 f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
                 position=rec_start)
-        r = Record.__new__(Record)
-        r.offset = _rec_add64(run.base_offset, off_delta)
-        r.timestamp = run.max_ts if run.ts_type == 1 else _rec_add64(run.first_ts, ts_delta)
+        global _read_ready_left, _read_probe
+        cdef int64_t offset = _rec_add64(run.base_offset, off_delta)
+        cdef int64_t timestamp = run.max_ts if run.ts_type == 1 else _rec_add64(run.first_ts, ts_delta)
+        if _read_ready_left > 0 and one_by_one:
+            # the application reads offset, timestamp and headers: make them now, into slots
+            # it reads faster (_ReadRecord); every _READ_PROBE_EVERY records a Record, whose
+            # reading in full keeps this going (otherwise it stops after _READ_READY_RECORDS).
+            # Only for records handed out one by one (iterating): made by the thousand
+            # (take(), whole batches), they would wait in memory with all three made, and
+            # the application's reading them later cost more than the getters save
+            # (consume() on Kafka, one header a record, everything read: 0.92x).
+            _read_ready_left -= 1
+            _read_probe += 1
+            if _read_probe < _READ_PROBE_EVERY:
+                r = _rec_read_record(offset, timestamp, headers)
+                headers = r._headers
+            else:
+                _read_probe = 0
+                r = Record.__new__(Record)
+        else:
+            r = Record.__new__(Record)
+        r._offset = offset
+        r._timestamp = timestamp
         r.timestamp_type = run.ts_type
         r.key = key
         r.value = value
@@ -1704,8 +1854,8 @@ cdef class _RecDecoder:
             raise CorruptRecordError(
                 f"message at position {start} has {end - c.pos} bytes after its value",
                 position=c.pos)
-        e.base_offset = (<Record>records[0]).offset
-        e.first_timestamp = (<Record>records[0]).timestamp
+        e.base_offset = (<Record>records[0])._offset
+        e.first_timestamp = (<Record>records[0])._timestamp
         if self.sink is not None:
             for r in records:
                 self.sink.append_record(r)
@@ -1747,8 +1897,8 @@ cdef class _RecDecoder:
 
     cdef Record legacy_record(self, int64_t offset, int64_t timestamp, int ts_type, key, value):
         cdef Record r = Record.__new__(Record)
-        r.offset = offset
-        r.timestamp = timestamp
+        r._offset = offset
+        r._timestamp = timestamp
         r.timestamp_type = ts_type
         r.key = key
         r.value = value
@@ -1806,11 +1956,11 @@ cdef class _RecDecoder:
             # A wrapper offset below the last relative one (a producer's message set, before the
             # broker assigned offsets: wrapper 0) leaves the inner offsets as they are, as
             # Kafka's Java client does -- never negative offsets.
-            last_rel = (<Record>records[len(records) - 1]).offset
+            last_rel = (<Record>records[len(records) - 1])._offset
             base = _rec_add64(wrapper_offset, -last_rel)
             if base >= 0:
                 for r in records:
-                    r.offset = _rec_add64(base, r.offset)
+                    r._offset = _rec_add64(base, r._offset)
         return records
 
 
@@ -1863,7 +2013,7 @@ cdef class _RecordIterator:
         if dec.run_active and dec.run.remaining > 0 and not dec.busy:
             # the common case, lazy_next's without its layers: a record of the batch in hand
             try:
-                r = dec.v2_next()
+                r = dec.v2_next(True)
             except BaseException as exc:
                 dec.lazy_failed(exc)
                 raise
@@ -2314,8 +2464,8 @@ cdef class _RecColumns:
         # The slow path for legacy messages (already decoded into Records).
         cdef Py_ssize_t n = self.n
         self.reserve_records(1)
-        self.p_offset[n] = r.offset
-        self.p_timestamp[n] = r.timestamp
+        self.p_offset[n] = r._offset
+        self.p_timestamp[n] = r._timestamp
         self.p_ts_type[n] = <int8_t>r.timestamp_type
         self.p_key_valid[n] = r.key is not None
         if r.key is not None:

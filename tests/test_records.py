@@ -1227,3 +1227,106 @@ def test_key_and_value_are_member_descriptors(compiled):
         a.key = b"x"
     r = compiled.Record(1, 2, 0, bytearray(b"k"), memoryview(b"v"))
     assert (r.key, r.value) == (b"k", b"v") and type(r.key) is bytes and type(r.value) is bytes
+
+
+# --- records read in full: the decoder's read-ready mode (_ReadRecord) -----------------------
+
+def _mixed_rows(n):
+    # no header, one, two (the second repeating: shared tuples), a null value
+    shapes = [[], [("trace", None)], [("ct", b"json"), ("id", b"x")]]
+    return [(b"k%d" % i, b"v%d" % i, [(k, v if v is None else v + b"%d" % (i % 2))
+                                       for k, v in shapes[i % 3]], 1_000 + i) for i in range(n)]
+
+
+def _read_all(r):
+    return (r.offset, r.timestamp, r.key, r.value, r.headers)
+
+
+def test_records_read_in_full_come_from_slots(compiled):
+    # an application that reads offset, timestamp and headers of the records it iterates gets
+    # _ReadRecords after the first (values made at decoding, served from object slots), with
+    # a Record after every 1023 of them (read in full, it keeps this going); same values,
+    # Records in every other way
+    import types
+
+    rows = _mixed_rows(3000)
+    data = b"".join(compiled.build_batch(rows[i:i + 1000], i) for i in range(0, 3000, 1000))
+    compiled._read_ready_records(0)
+    got, kinds = [], []
+    for r in compiled.iter_records(data, topic="t", partition=2):
+        got.append(_read_all(r))
+        kinds.append(type(r))
+    assert got == [(i, 1_000 + i, k, v, h) for i, (k, v, h, _) in enumerate(rows)]
+    read_type = kinds[1]
+    assert read_type is not compiled.Record and issubclass(read_type, compiled.Record)
+    assert [i for i, t in enumerate(kinds) if t is compiled.Record] == [0, 1024, 2048]
+    for name in ("offset", "timestamp", "headers"):
+        assert isinstance(read_type.__dict__[name], types.MemberDescriptorType)
+        assert not isinstance(compiled.Record.__dict__[name], types.MemberDescriptorType)
+    with pytest.raises(TypeError, match="made by the decoder"):
+        read_type(1, 2, 0, None, b"v")
+
+
+def test_a_read_record_is_a_record(compiled):
+    rows = _mixed_rows(6)
+    data = compiled.build_batch(rows, 40)
+    compiled._read_ready_records(100)
+    recs = list(compiled.iter_records(data, topic="t", partition=2))
+    assert all(type(r) is not compiled.Record for r in recs)
+    compiled._read_ready_records(0)
+    plain = list(compiled.iter_records(data, topic="t", partition=2))
+    assert all(type(r) is compiled.Record for r in plain)
+    for r, p in zip(recs, plain):
+        assert r == p and p == r and not (r != p) and repr(r) == repr(p) and r.to_tuple() == p.to_tuple()
+        back = pickle.loads(pickle.dumps(r))
+        assert type(back) is compiled.Record and back == r
+        assert (r.topic, r.partition, r.leader_epoch, r.timestamp_type) == ("t", 2, -1, 0)
+        r.topic, r.partition = "u", 5
+        assert (r.topic, r.partition) == ("u", 5)
+        for name in ("offset", "timestamp", "headers", "key", "value"):
+            with pytest.raises(AttributeError):
+                setattr(r, name, None)
+    # each record's headers list is its own (no headers: a fresh empty list each)
+    assert recs[0].headers == [] and recs[3].headers == [] and recs[0].headers is not recs[3].headers
+    recs[0].headers.append(("added", None))
+    recs[2].headers.append(("added", None))
+    assert recs[3].headers == [] and recs[5].headers == [("ct", b"json1"), ("id", b"x1")]
+    assert recs[0].headers is recs[0].headers and recs[0].to_tuple()[5] == [("added", None)]
+    assert recs[2].headers[2] == ("added", None) and plain[2].headers == rows[2][2]
+
+
+def test_records_read_in_part_or_taken_by_the_thousand_stay_records(compiled):
+    # reading offset and value only (no headers) never switches; take() (consume()'s way:
+    # records wait in a list before they are read) makes Records even while reading in full
+    rows = _mixed_rows(2000)
+    data = compiled.build_batch(rows, 0)
+    compiled._read_ready_records(0)
+    assert {type(r) for r in compiled.iter_records(data) if (r.offset, r.value)} == {compiled.Record}
+    assert compiled._read_ready_records() == 0
+    it = compiled.iter_records(data)
+    kinds = set()
+    while recs := it.take(300):
+        kinds.update(type(r) for r in recs)
+        assert [_read_all(r) for r in recs] == [(r.offset, 1_000 + r.offset) + rows[r.offset][:3]
+                                                for r in recs]
+        assert compiled._read_ready_records() == 16384
+    assert kinds == {compiled.Record}
+
+
+def test_read_records_stop_once_reading_stops(compiled):
+    # after the application stops reading records in full, at most 16384 more are made as
+    # _ReadRecords (the Records among them are not read in full, so nothing renews it)
+    rows = [(None, b"v", [("h", b"x")], 0)] * 1000
+    data = b"".join(compiled.build_batch(rows, i * 1000) for i in range(20))
+    compiled._read_ready_records(0)
+    it = compiled.iter_records(data)
+    for _ in range(10):
+        _read_all(next(it))
+    left = compiled._read_ready_records()
+    assert left == 16384 - 9
+    kinds = [type(r) is compiled.Record for r in it if r.value]   # (True: a Record)
+    assert len(kinds) == 19990
+    # the next `left` records come from the countdown: _ReadRecords, and a Record at every
+    # 1024th record of the data (1024, 2048, ... 16384: 16 of them, none read in full)
+    assert [i + 10 for i, k in enumerate(kinds[:left]) if k] == list(range(1024, 16385, 1024))
+    assert all(kinds[left:]) and compiled._read_ready_records() == 0
