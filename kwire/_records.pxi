@@ -254,24 +254,24 @@ cdef extern from "Python.h":
 cdef PyMemberDef _RECORD_MEMBERS[2]
 
 
-cdef _record_member_descriptors():
-    cdef PyTypeObject* t = <PyTypeObject*>Record
+cdef _member_descriptors(object cls, PyMemberDef* members, int n, names, offsets, docs):
+    # read-only T_OBJECT_EX member descriptors for the given slots, put in cls's dict
+    cdef PyTypeObject* t = <PyTypeObject*>cls
     cdef int i
-    _RECORD_MEMBERS[0].name = b"key"
-    _RECORD_MEMBERS[0].offset = KW_RECORD_KEY_OFFSET
-    _RECORD_MEMBERS[0].doc = b"The record's key (bytes), or None."
-    _RECORD_MEMBERS[1].name = b"value"
-    _RECORD_MEMBERS[1].offset = KW_RECORD_VALUE_OFFSET
-    _RECORD_MEMBERS[1].doc = b"The record's value (bytes), or None."
-    for i in range(2):
-        _RECORD_MEMBERS[i].type = T_OBJECT_EX
-        _RECORD_MEMBERS[i].flags = READONLY
-        PyDict_SetItemString(t.tp_dict, _RECORD_MEMBERS[i].name,
-                             PyDescr_NewMember(t, &_RECORD_MEMBERS[i]))
+    for i in range(n):
+        members[i].name = <const char*>names[i]
+        members[i].offset = offsets[i]
+        members[i].doc = <const char*>docs[i]
+        members[i].type = T_OBJECT_EX
+        members[i].flags = READONLY
+        PyDict_SetItemString(t.tp_dict, members[i].name, PyDescr_NewMember(t, &members[i]))
     PyType_Modified(t)
 
 
-_record_member_descriptors()
+# (names and docs are module-level bytes constants: they outlive the descriptors)
+_member_descriptors(Record, _RECORD_MEMBERS, 2, (b"key", b"value"),
+                    (KW_RECORD_KEY_OFFSET, KW_RECORD_VALUE_OFFSET),
+                    (b"The record's key (bytes), or None.", b"The record's value (bytes), or None."))
 
 
 @cython.final
@@ -308,29 +308,11 @@ cdef extern from *:
     Py_ssize_t KW_RECORD_HEADERS_OFFSET
 
 cdef PyMemberDef _READ_RECORD_MEMBERS[3]
-
-
-cdef _read_record_member_descriptors():
-    cdef PyTypeObject* t = <PyTypeObject*>_ReadRecord
-    cdef int i
-    _READ_RECORD_MEMBERS[0].name = b"offset"
-    _READ_RECORD_MEMBERS[0].offset = KW_READ_OFFSET_OFFSET
-    _READ_RECORD_MEMBERS[0].doc = b"The record's offset in its partition."
-    _READ_RECORD_MEMBERS[1].name = b"timestamp"
-    _READ_RECORD_MEMBERS[1].offset = KW_READ_TIMESTAMP_OFFSET
-    _READ_RECORD_MEMBERS[1].doc = b"The record's timestamp (ms since the epoch; -1 none)."
-    _READ_RECORD_MEMBERS[2].name = b"headers"
-    _READ_RECORD_MEMBERS[2].offset = KW_RECORD_HEADERS_OFFSET
-    _READ_RECORD_MEMBERS[2].doc = b"The record's headers: a list of ``(str, bytes | None)``."
-    for i in range(3):
-        _READ_RECORD_MEMBERS[i].type = T_OBJECT_EX
-        _READ_RECORD_MEMBERS[i].flags = READONLY
-        PyDict_SetItemString(t.tp_dict, _READ_RECORD_MEMBERS[i].name,
-                             PyDescr_NewMember(t, &_READ_RECORD_MEMBERS[i]))
-    PyType_Modified(t)
-
-
-_read_record_member_descriptors()
+_member_descriptors(_ReadRecord, _READ_RECORD_MEMBERS, 3, (b"offset", b"timestamp", b"headers"),
+                    (KW_READ_OFFSET_OFFSET, KW_READ_TIMESTAMP_OFFSET, KW_RECORD_HEADERS_OFFSET),
+                    (b"The record's offset in its partition.",
+                     b"The record's timestamp (ms since the epoch; -1 none).",
+                     b"The record's headers: a list of ``(str, bytes | None)``."))
 
 
 def _read_ready_records(Py_ssize_t n=-1):
