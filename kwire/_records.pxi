@@ -83,8 +83,8 @@ cdef enum:
     _READ_TIMESTAMP = 2
     _READ_HEADERS = 4
     _READ_ALL = 7
-    _READ_READY_RECORDS = 16384  # _ReadRecords made after a Record was read in full
-    _READ_PROBE_EVERY = 1024     # while making _ReadRecords, every this many a Record
+    _READ_SAMPLE_EVERY = 64     # iterating Records: every this many, see whether it was read in full
+    _READ_PROBE_EVERY = 1024    # iterating _ReadRecords: every this many a Record, to see the same
     _HK_MAX = 64                # longest header key the cache remembers
 
 _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -97,18 +97,6 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 
 # --- the user-facing objects -----------------------------------------------------------
-
-# How many more records the decoders make as _ReadRecords: set to _READ_READY_RECORDS when
-# the application reads a Record's offset, timestamp and headers (see _ReadRecord).  Shared
-# by every decoder and thread; it decides only which of two equal-valued types is made.
-cdef Py_ssize_t _read_ready_left = 0
-cdef Py_ssize_t _read_probe = 0
-
-cdef void _read_in_full() noexcept:
-    # a Record's offset, timestamp and headers were all read: make _ReadRecords for a while
-    global _read_ready_left
-    _read_ready_left = _READ_READY_RECORDS
-
 
 @cython.no_gc
 @cython.freelist(1024)
@@ -128,12 +116,15 @@ cdef class Record:
     record with one header holds just its ``(key, value)`` tuple until then.
 
     Iterating records (``iter_records``), an application that reads every record's offset,
-    timestamp and headers gets instances of a private subclass with the same values, those
-    three made while decoding (see ``_ReadRecord``): test with ``isinstance``, not ``type``.
+    timestamp and headers before asking for the next gets instances of a private subclass
+    with the same values, those three made while decoding (see ``_ReadRecord``): test with
+    ``isinstance``, not ``type``.
     """
     cdef int64_t _offset
     cdef int64_t _timestamp
     cdef readonly int timestamp_type
+    cdef uint8_t _reads             # _READ_* bits: which of the computed fields were read
+                                    # (here, in timestamp_type's padding: Record stays 80 bytes)
     cdef readonly bytes key
     cdef readonly bytes value
     # the headers list; or None: no headers, or a tuple: the only header (the decoder's
@@ -142,7 +133,6 @@ cdef class Record:
     cdef public str topic
     cdef public int32_t partition
     cdef public int32_t leader_epoch
-    cdef uint8_t _reads             # _READ_* bits: which of the computed fields were read
 
     def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
                  topic=None, partition=-1, leader_epoch=-1):
@@ -160,24 +150,18 @@ cdef class Record:
     def offset(self):
         """The record's offset in its partition."""
         self._reads |= _READ_OFFSET
-        if self._reads == _READ_ALL:
-            _read_in_full()
         return self._offset
 
     @property
     def timestamp(self):
         """The record's timestamp (ms since the epoch; -1 none)."""
         self._reads |= _READ_TIMESTAMP
-        if self._reads == _READ_ALL:
-            _read_in_full()
         return self._timestamp
 
     @property
     def headers(self):
         """The record's headers: a list of ``(str, bytes | None)``."""
         self._reads |= _READ_HEADERS
-        if self._reads == _READ_ALL:
-            _read_in_full()
         cdef object h = self._headers
         cdef list out
         if type(h) is list:
@@ -247,6 +231,7 @@ cdef extern from "structmember.h":
     int READONLY
 
 cdef extern from "Python.h":
+    unsigned long Py_TPFLAGS_BASETYPE
     object PyDescr_NewMember(PyTypeObject* t, PyMemberDef* m)
     void PyType_Modified(PyTypeObject* t)
     int PyDict_SetItemString(PyObject* d, const char* key, object val) except -1
@@ -283,9 +268,11 @@ cdef class _ReadRecord(Record):
     Record computes those three when they are read (an int object each, the headers list):
     a record that is only counted or whose value alone is read costs nothing for them.  Read
     through a getset, each costs ~9 ns more than a plain slot (CPython specialises attribute
-    loads only for object slots).  While an application reads all three of every record, the
+    loads only for object slots).  When an iterator's records have been read so (each
+    decoder samples one record in 64: read in full before the next one was asked for), the
     decoder makes this subclass instead, with the three made at decoding and served from
-    object slots (member descriptors); the values are the same, ``type(r)`` is not.
+    object slots (member descriptors), and a Record every 1024 records whose reading decides
+    whether it goes on.  The values are the same, ``type(r)`` is not.
     """
     cdef object _offset_obj
     cdef object _timestamp_obj
@@ -315,14 +302,9 @@ _member_descriptors(_ReadRecord, _READ_RECORD_MEMBERS, 3, (b"offset", b"timestam
                      b"The record's headers: a list of ``(str, bytes | None)``."))
 
 
-def _read_ready_records(Py_ssize_t n=-1):
-    """How many more records the decoders make as _ReadRecords; with ``n`` >= 0, set that
-    first (tests)."""
-    global _read_ready_left, _read_probe
-    if n >= 0:
-        _read_ready_left = n
-        _read_probe = 0
-    return _read_ready_left
+# Python code may not subclass Record (as before _ReadRecord): only the decoder makes subclasses
+(<PyTypeObject*>Record).tp_flags &= ~Py_TPFLAGS_BASETYPE
+PyType_Modified(<PyTypeObject*>Record)
 
 
 @cython.final
@@ -1000,6 +982,12 @@ cdef class _RecDecoder:
     # header keys repeat from record to record: remember the last key seen at each header
     # position and hand out the same str when the bytes match
     cdef PyObject* hk_str[_HK_SLOTS]
+    # records handed out one by one (iterating): whether to make _ReadRecords (the application
+    # reads every record's offset, timestamp and headers), records to make before read_turn,
+    # and the sample read_turn made last (a Record, held until the next record is made)
+    cdef bint read_ready
+    cdef int read_next
+    cdef Record read_sample
     cdef Py_ssize_t hk_len[_HK_SLOTS]
     cdef char hk_raw[_HK_SLOTS][_HK_MAX]
     # likewise whole headers: the (key, value) pair last made at each position, which the
@@ -1464,13 +1452,13 @@ cdef class _RecDecoder:
         self.v2_end()
         return out
 
-    cdef Record lazy_next(self):
+    cdef Record lazy_next(self, bint one_by_one):
         # The next record of the active run, or None once the run is over (and checked).
         if self.busy:
             _rec_busy()
         try:
             if self.run.remaining > 0:
-                return self.v2_next(True)
+                return self.v2_next(one_by_one)
             self.v2_end()
         except BaseException as exc:
             self.lazy_failed(exc)
@@ -1510,6 +1498,23 @@ cdef class _RecDecoder:
         if isinstance(exc, ProtocolError):
             raise _rec_rewrap(exc, self.run_start, compressed)
         return 0
+
+    cdef Record read_turn(self, int64_t offset, int64_t timestamp, object headers):
+        # v2_next's record when read_next runs out: a Record held as the sample, or, the record
+        # after one, the verdict: were the sample's offset, timestamp and headers all read
+        # before this record was asked for?  Then _ReadRecords for the next _READ_PROBE_EVERY
+        # records (the first of them this one), else Records for the next _READ_SAMPLE_EVERY.
+        if self.read_sample is None:
+            self.read_sample = Record.__new__(Record)
+            self.read_next = 1
+            return self.read_sample
+        self.read_ready = self.read_sample._reads == _READ_ALL
+        self.read_sample = None
+        if self.read_ready:
+            self.read_next = _READ_PROBE_EVERY
+            return _rec_read_record(offset, timestamp, headers)
+        self.read_next = _READ_SAMPLE_EVERY
+        return Record.__new__(Record)
 
     @cython.boundscheck(False)
     cdef Record v2_next(self, bint one_by_one):
@@ -1621,25 +1626,25 @@ cdef class _RecDecoder:
             raise CorruptRecordError(
                 f"record at position {rec_start} has {rc.end - rc.pos} bytes after its headers",
                 position=rec_start)
-        global _read_ready_left, _read_probe
         cdef int64_t offset = _rec_add64(run.base_offset, off_delta)
         cdef int64_t timestamp = run.max_ts if run.ts_type == 1 else _rec_add64(run.first_ts, ts_delta)
-        if _read_ready_left > 0 and one_by_one:
-            # the application reads offset, timestamp and headers: make them now, into slots
-            # it reads faster (_ReadRecord); every _READ_PROBE_EVERY records a Record, whose
-            # reading in full keeps this going (otherwise it stops after _READ_READY_RECORDS).
-            # Only for records handed out one by one (iterating): made by the thousand
-            # (take(), whole batches), they would wait in memory with all three made, and
-            # the application's reading them later cost more than the getters save
+        if one_by_one:
+            # Iterating: make _ReadRecords while the application reads every record's offset,
+            # timestamp and headers (see read_turn), Records otherwise.  Records taken by the
+            # thousand (take(), whole batches) are never sampled: made there, the three waited
+            # in memory until read, and reading them then cost more than the getters save
             # (consume() on Kafka, one header a record, everything read: 0.92x).
-            _read_ready_left -= 1
-            _read_probe += 1
-            if _read_probe < _READ_PROBE_EVERY:
-                r = _rec_read_record(offset, timestamp, headers)
-                headers = r._headers
+            self.read_next -= 1
+            if self.read_next > 0:
+                if self.read_ready:
+                    r = _rec_read_record(offset, timestamp, headers)
+                    headers = r._headers
+                else:
+                    r = Record.__new__(Record)
             else:
-                _read_probe = 0
-                r = Record.__new__(Record)
+                r = self.read_turn(offset, timestamp, headers)
+                if r._headers is not None:      # (a _ReadRecord's list; a Record has none yet)
+                    headers = r._headers
         else:
             r = Record.__new__(Record)
         r._offset = offset
@@ -2001,7 +2006,7 @@ cdef class _RecordIterator:
                 raise
             self.handed += 1
             return r
-        r = self.next_or_none()
+        r = self.next_or_none(True)
         if r is None:
             raise StopIteration
         return r
@@ -2022,21 +2027,21 @@ cdef class _RecordIterator:
                 n -= k
                 if n == 0 or dec.run_active:
                     break
-            r = self.next_or_none()
+            r = self.next_or_none(False)
             if r is None:
                 break
             out.append(r)
             n -= 1
         return out
 
-    cdef object next_or_none(self):
+    cdef object next_or_none(self, bint one_by_one):
         # __next__'s work: the next record, or None (the data ended, or stop_at stops it)
         cdef _RecEntry e
         cdef _RecDecoder dec = self.dec
         cdef object r
         while True:
             if dec.run_active:
-                r = dec.lazy_next()
+                r = dec.lazy_next(one_by_one)
                 if r is not None:
                     self.handed += 1
                     return r

@@ -1242,39 +1242,50 @@ def _read_all(r):
     return (r.offset, r.timestamp, r.key, r.value, r.headers)
 
 
+def _batches(rows, per=1000):
+    return b"".join(_codec_build(rows[i:i + per], i, "none") for i in range(0, len(rows), per))
+
+
 def test_records_read_in_full_come_from_slots(compiled):
-    # an application that reads offset, timestamp and headers of the records it iterates gets
-    # _ReadRecords after the first (values made at decoding, served from object slots), with
-    # a Record after every 1023 of them (read in full, it keeps this going); same values,
-    # Records in every other way
+    # an iterator whose records are read in full (offset, timestamp, headers) before the next
+    # is asked for makes _ReadRecords (values made at decoding, served from object slots): the
+    # first record is a sample, its reading decides; then 1024 _ReadRecords, a Record as the
+    # next sample, and so on.  Same values; Records in every other way
     import types
 
     rows = _mixed_rows(3000)
-    data = b"".join(compiled.build_batch(rows[i:i + 1000], i) for i in range(0, 3000, 1000))
-    compiled._read_ready_records(0)
     got, kinds = [], []
-    for r in compiled.iter_records(data, topic="t", partition=2):
+    for r in compiled.iter_records(_batches(rows), topic="t", partition=2):
         got.append(_read_all(r))
         kinds.append(type(r))
     assert got == [(i, 1_000 + i, k, v, h) for i, (k, v, h, _) in enumerate(rows)]
     read_type = kinds[1]
     assert read_type is not compiled.Record and issubclass(read_type, compiled.Record)
-    assert [i for i, t in enumerate(kinds) if t is compiled.Record] == [0, 1024, 2048]
+    assert [i for i, t in enumerate(kinds) if t is compiled.Record] == [0, 1025, 2050]
     for name in ("offset", "timestamp", "headers"):
         assert isinstance(read_type.__dict__[name], types.MemberDescriptorType)
         assert not isinstance(compiled.Record.__dict__[name], types.MemberDescriptorType)
     with pytest.raises(TypeError, match="made by the decoder"):
         read_type(1, 2, 0, None, b"v")
+    with pytest.raises(TypeError, match="not an acceptable base type"):
+        type("Mine", (compiled.Record,), {})
+
+
+def _read_records(compiled, data, **kw):
+    # _ReadRecords out of data (the first record read in full turns them on), and the Records
+    # the same data gives when nothing is read
+    it = compiled.iter_records(data, **kw)
+    first = next(it)
+    _read_all(first)
+    recs = [first] + [r for r in it if _read_all(r)]
+    plain = list(compiled.iter_records(data, **kw))
+    return recs, plain
 
 
 def test_a_read_record_is_a_record(compiled):
-    rows = _mixed_rows(6)
-    data = compiled.build_batch(rows, 40)
-    compiled._read_ready_records(100)
-    recs = list(compiled.iter_records(data, topic="t", partition=2))
-    assert all(type(r) is not compiled.Record for r in recs)
-    compiled._read_ready_records(0)
-    plain = list(compiled.iter_records(data, topic="t", partition=2))
+    rows = _mixed_rows(7)
+    recs, plain = _read_records(compiled, compiled.build_batch(rows, 40), topic="t", partition=2)
+    assert type(recs[0]) is compiled.Record and all(type(r) is not compiled.Record for r in recs[1:])
     assert all(type(r) is compiled.Record for r in plain)
     for r, p in zip(recs, plain):
         assert r == p and p == r and not (r != p) and repr(r) == repr(p) and r.to_tuple() == p.to_tuple()
@@ -1287,46 +1298,50 @@ def test_a_read_record_is_a_record(compiled):
             with pytest.raises(AttributeError):
                 setattr(r, name, None)
     # each record's headers list is its own (no headers: a fresh empty list each)
-    assert recs[0].headers == [] and recs[3].headers == [] and recs[0].headers is not recs[3].headers
-    recs[0].headers.append(("added", None))
-    recs[2].headers.append(("added", None))
-    assert recs[3].headers == [] and recs[5].headers == [("ct", b"json1"), ("id", b"x1")]
-    assert recs[0].headers is recs[0].headers and recs[0].to_tuple()[5] == [("added", None)]
-    assert recs[2].headers[2] == ("added", None) and plain[2].headers == rows[2][2]
+    assert recs[3].headers == [] and recs[6].headers == [] and recs[3].headers is not recs[6].headers
+    recs[3].headers.append(("added", None))
+    recs[5].headers.append(("added", None))
+    assert recs[6].headers == [] and recs[2].headers == [("ct", b"json0"), ("id", b"x0")]
+    assert recs[3].headers is recs[3].headers and recs[3].to_tuple()[5] == [("added", None)]
+    assert recs[5].headers[2] == ("added", None) and plain[5].headers == rows[5][2]
 
 
-def test_records_read_in_part_or_taken_by_the_thousand_stay_records(compiled):
-    # reading offset and value only (no headers) never switches; take() (consume()'s way:
-    # records wait in a list before they are read) makes Records even while reading in full
-    rows = _mixed_rows(2000)
-    data = compiled.build_batch(rows, 0)
-    compiled._read_ready_records(0)
+def test_records_read_in_part_kept_or_taken_stay_records(compiled):
+    # Records unless each record is read in full before the next one is asked for: reading
+    # offset and value only; list() then reading in full; take() (consume()'s way), across
+    # batches too; an iterator beside one whose records are read in full
+    rows = _mixed_rows(3000)
+    data = _batches(rows)
     assert {type(r) for r in compiled.iter_records(data) if (r.offset, r.value)} == {compiled.Record}
-    assert compiled._read_ready_records() == 0
+    for _ in range(2):
+        kept = list(compiled.iter_records(data))
+        assert [_read_all(r) for r in kept] == [(i, 1_000 + i) + rows[i][:3] for i in range(3000)]
+        assert {type(r) for r in kept} == {compiled.Record}
     it = compiled.iter_records(data)
     kinds = set()
     while recs := it.take(300):
         kinds.update(type(r) for r in recs)
         assert [_read_all(r) for r in recs] == [(r.offset, 1_000 + r.offset) + rows[r.offset][:3]
                                                 for r in recs]
-        assert compiled._read_ready_records() == 16384
     assert kinds == {compiled.Record}
+    full, part = compiled.iter_records(data), compiled.iter_records(data)
+    kinds = set()
+    for a, b in zip(full, part):
+        _read_all(a)
+        assert b.value
+        kinds.add(type(b))
+    assert kinds == {compiled.Record} and type(a) is not compiled.Record
 
 
 def test_read_records_stop_once_reading_stops(compiled):
-    # after the application stops reading records in full, at most 16384 more are made as
-    # _ReadRecords (the Records among them are not read in full, so nothing renews it)
+    # the application stops reading headers: the next sample (a Record after at most 1024
+    # _ReadRecords) is not read in full, and Records follow from there on (one in 64 a sample)
     rows = [(None, b"v", [("h", b"x")], 0)] * 1000
-    data = b"".join(compiled.build_batch(rows, i * 1000) for i in range(20))
-    compiled._read_ready_records(0)
+    data = b"".join(compiled.build_batch(rows, i * 1000) for i in range(5))
     it = compiled.iter_records(data)
     for _ in range(10):
         _read_all(next(it))
-    left = compiled._read_ready_records()
-    assert left == 16384 - 9
-    kinds = [type(r) is compiled.Record for r in it if r.value]   # (True: a Record)
-    assert len(kinds) == 19990
-    # the next `left` records come from the countdown: _ReadRecords, and a Record at every
-    # 1024th record of the data (1024, 2048, ... 16384: 16 of them, none read in full)
-    assert [i + 10 for i, k in enumerate(kinds[:left]) if k] == list(range(1024, 16385, 1024))
-    assert all(kinds[left:]) and compiled._read_ready_records() == 0
+    kinds = [type(r) is compiled.Record for r in it if (r.offset, r.timestamp)]   # (True: a Record)
+    assert len(kinds) == 4990
+    assert kinds.index(True) == 1025 - 10 and all(kinds[1025 - 10:])
+    assert not any(kinds[:1025 - 10])
