@@ -136,6 +136,8 @@ cdef class Record:
 
     def __init__(self, offset, timestamp, timestamp_type, key, value, headers=None,
                  topic=None, partition=-1, leader_epoch=-1):
+        if type(self) is not Record:  # (a _ReadRecord's slots would keep the decoded values)
+            raise TypeError("only a Record can be initialised; the decoder makes the others")
         self._offset = offset
         self._timestamp = timestamp
         self.timestamp_type = timestamp_type
@@ -253,15 +255,15 @@ cdef _member_descriptors(object cls, PyMemberDef* members, int n, names, offsets
     PyType_Modified(t)
 
 
-# (names and docs are module-level bytes constants: they outlive the descriptors)
-_member_descriptors(Record, _RECORD_MEMBERS, 2, (b"key", b"value"),
-                    (KW_RECORD_KEY_OFFSET, KW_RECORD_VALUE_OFFSET),
-                    (b"The record's key (bytes), or None.", b"The record's value (bytes), or None."))
+# (the descriptors point into these bytes: module globals, they live as long as the types)
+_RECORD_MEMBER_TEXTS = ((b"key", b"value"),
+                        (b"The record's key (bytes), or None.", b"The record's value (bytes), or None."))
+_member_descriptors(Record, _RECORD_MEMBERS, 2, _RECORD_MEMBER_TEXTS[0],
+                    (KW_RECORD_KEY_OFFSET, KW_RECORD_VALUE_OFFSET), _RECORD_MEMBER_TEXTS[1])
 
 
 @cython.final
 @cython.no_gc
-@cython.freelist(1024)
 cdef class _ReadRecord(Record):
     """A Record made for an application that reads offset, timestamp and headers.
 
@@ -295,11 +297,13 @@ cdef extern from *:
     Py_ssize_t KW_RECORD_HEADERS_OFFSET
 
 cdef PyMemberDef _READ_RECORD_MEMBERS[3]
-_member_descriptors(_ReadRecord, _READ_RECORD_MEMBERS, 3, (b"offset", b"timestamp", b"headers"),
+_READ_RECORD_MEMBER_TEXTS = ((b"offset", b"timestamp", b"headers"),
+                             (b"The record's offset in its partition.",
+                              b"The record's timestamp (ms since the epoch; -1 none).",
+                              b"The record's headers: a list of ``(str, bytes | None)``."))
+_member_descriptors(_ReadRecord, _READ_RECORD_MEMBERS, 3, _READ_RECORD_MEMBER_TEXTS[0],
                     (KW_READ_OFFSET_OFFSET, KW_READ_TIMESTAMP_OFFSET, KW_RECORD_HEADERS_OFFSET),
-                    (b"The record's offset in its partition.",
-                     b"The record's timestamp (ms since the epoch; -1 none).",
-                     b"The record's headers: a list of ``(str, bytes | None)``."))
+                    _READ_RECORD_MEMBER_TEXTS[1])
 
 
 # Python code may not subclass Record (as before _ReadRecord): only the decoder makes subclasses
@@ -910,7 +914,6 @@ cdef inline bint _same_header(tuple h, str key, const uint8_t* p, Py_ssize_t n):
             and memcmp(PyBytes_AS_STRING(v), p, n) == 0)
 
 
-@cython.final
 cdef Record _rec_read_record(int64_t offset, int64_t timestamp, object headers):
     # A _ReadRecord with its offset, timestamp and headers list made (the rest is the caller's)
     cdef _ReadRecord r = _ReadRecord.__new__(_ReadRecord)
@@ -931,6 +934,7 @@ cdef Record _rec_read_record(int64_t offset, int64_t timestamp, object headers):
     return r
 
 
+@cython.final
 @cython.no_gc
 cdef class _RecDecoder:
     """Walks the entries of one buffer.  next_entry() fills a _RecEntry and leaves the

@@ -1269,6 +1269,11 @@ def test_records_read_in_full_come_from_slots(compiled):
         read_type(1, 2, 0, None, b"v")
     with pytest.raises(TypeError, match="not an acceptable base type"):
         type("Mine", (compiled.Record,), {})
+    with pytest.raises(TypeError, match="only a Record can be initialised"):
+        compiled.Record.__init__(next(r for r in compiled.iter_records(_batches(rows))
+                                      if _read_all(r) and type(r) is read_type), 99, 98, 0, None, b"v")
+    with pytest.raises(TypeError, match="not an acceptable base type"):   # (final: direct calls)
+        type("Mine", (compiled._RecDecoder,), {})
 
 
 def _read_records(compiled, data, **kw):
