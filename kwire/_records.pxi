@@ -98,6 +98,20 @@ DEFAULT_MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 
 # --- the user-facing objects -----------------------------------------------------------
 
+cdef inline list _rec_headers_list(object h):
+    # The headers list of the decoder's forms (None: no headers, a tuple: the only header);
+    # untracked, as the decoder's lists (see Record's doc)
+    cdef list out
+    if h is None:
+        out = PyList_New(0)
+    else:
+        out = PyList_New(1)
+        Py_INCREF(h)
+        PyList_SET_ITEM(out, 0, h)
+    PyObject_GC_UnTrack(<void*>out)
+    return out
+
+
 @cython.no_gc
 @cython.freelist(1024)
 cdef class Record:
@@ -165,18 +179,11 @@ cdef class Record:
         """The record's headers: a list of ``(str, bytes | None)``."""
         self._reads |= _READ_HEADERS
         cdef object h = self._headers
-        cdef list out
         if type(h) is list:
             return h
-        if h is None:
-            out = []
-        else:
-            out = PyList_New(1)
-            Py_INCREF(h)
-            PyList_SET_ITEM(out, 0, h)
-        PyObject_GC_UnTrack(<void*>out)  # as the decoder's lists (see the class doc)
-        self._headers = out
-        return out
+        h = _rec_headers_list(h)
+        self._headers = h
+        return h
 
     def to_tuple(self):
         """``(offset, timestamp, timestamp_type, key, value, headers, topic, partition, leader_epoch)``"""
@@ -917,20 +924,9 @@ cdef inline bint _same_header(tuple h, str key, const uint8_t* p, Py_ssize_t n):
 cdef Record _rec_read_record(int64_t offset, int64_t timestamp, object headers):
     # A _ReadRecord with its offset, timestamp and headers list made (the rest is the caller's)
     cdef _ReadRecord r = _ReadRecord.__new__(_ReadRecord)
-    cdef list hlist
     r._offset_obj = offset
     r._timestamp_obj = timestamp
-    if type(headers) is list:
-        r._headers = headers
-        return r
-    if headers is None:
-        hlist = PyList_New(0)
-    else:
-        hlist = PyList_New(1)
-        Py_INCREF(headers)
-        PyList_SET_ITEM(hlist, 0, headers)
-    PyObject_GC_UnTrack(<void*>hlist)
-    r._headers = hlist
+    r._headers = headers if type(headers) is list else _rec_headers_list(headers)
     return r
 
 
