@@ -1350,3 +1350,23 @@ def test_read_records_stop_once_reading_stops(compiled):
     assert len(kinds) == 4990
     assert kinds.index(True) == 1025 - 10 and all(kinds[1025 - 10:])
     assert not any(kinds[:1025 - 10])
+
+
+def test_a_damaged_record_while_reading_in_full_is_a_corrupt_record(compiled):
+    # the read-in-full mode is on (records 1.. are _ReadRecords) when record 150's value length
+    # runs past its record: the 150 before come out whole and equal to what was produced,
+    # then CorruptRecordError, then nothing more
+    rows = [(b"k%03d" % i, b"v%03d" % i, [("h", b"x%03d" % i)], 1_000 + i) for i in range(200)]
+    data = bytearray(compiled.build_batch(rows, 0))
+    at = bytes(data).index(b"\x08k150\x08v150")
+    data[at + 5] = 0x7E                                  # value length 63 of a shorter rest
+    data = v2_patch(bytes(data))                         # a valid CRC over the damaged record
+    got, kinds = [], set()
+    it = compiled.iter_records(data)
+    with pytest.raises(CorruptRecordError):
+        for r in it:
+            got.append(_read_all(r))
+            kinds.add(type(r))
+    assert got == [(i, 1_000 + i) + rows[i][:3] for i in range(150)]
+    assert len(kinds) == 2                                # Records and _ReadRecords both
+    assert list(it) == []

@@ -452,7 +452,8 @@ def test_fail_on_data_loss(spark, peer, unique_topic):
 
 def test_kafka_rdd_rows(spark, peer, unique_topic):
     create(peer, unique_topic, 2)
-    produce(peer, unique_topic, [(i % 2, b"k%d" % i, b"v%d" % i, [("h", b"x")]) for i in range(20)])
+    produce(peer, unique_topic, [(i % 2, b"k%d" % i, b"v%d" % i, [("h", b"x%d" % i)] * (i % 3))
+                                 for i in range(20)])
     ranges = [(unique_topic, 0, 2, 7), ks.OffsetRange(unique_topic, 1, 0, 10)]
     rdd = ks.kafka_rdd(spark.sparkContext, {"bootstrap.servers": peer.bootstrap}, ranges, include_headers=True)
     assert rdd.getNumPartitions() == 2
@@ -460,7 +461,14 @@ def test_kafka_rdd_rows(spark, peer, unique_topic):
     assert [(r.partition, r.offset) for r in rows] == [(0, o) for o in range(2, 7)] + [(1, o) for o in range(10)]
     first = rows[0]
     assert isinstance(first, ks.KafkaRowWithHeaders)
-    assert (first.key, first.value, first.topic, first.headers) == (b"k4", b"v4", unique_topic, [("h", b"x")])
+    assert (first.key, first.value, first.topic, first.headers) == (b"k4", b"v4", unique_topic, [("h", b"x4")])
+    # every row exact: the reader reads each record's offset, timestamp and headers before the
+    # next, so after the first of a range its records come from the decoder's read-in-full
+    # mode (kwire._codec._ReadRecord)
+    want = [(b"k%d" % i, b"v%d" % i, [("h", b"x%d" % i)] * (i % 3)) for i in
+            [2 * o for o in range(2, 7)] + [2 * o + 1 for o in range(10)]]
+    assert [(r.key, r.value, r.headers) for r in rows] == want
+    assert all(r.timestamp.year >= 2026 for r in rows)
     df = spark.createDataFrame(rdd, ks.kafka_schema(include_headers=True))
     assert df.count() == 15
 
