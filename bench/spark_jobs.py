@@ -5,7 +5,9 @@ scheduled job) or warm (one session, after a warm-up).
 Contenders (:data:`CONTENDERS`):
 
 * ``kwire-df``          ``kwire.spark.read_kafka(spark, ...)``: kwire's default DataFrame path
-                        (plans on the driver, reads through its Data Source)
+                        (plans on the driver, reads in a ``mapInArrow`` over ``spark.range``; the
+                        agg workload's ``select("key", "value").mapInArrow(...)`` over it runs in
+                        the read tasks, kwire.spark.frame)
 * (``kwire-df-mapinarrow``, not in the default list: ``read_kafka(..., reader="mapInArrow")``)
 * ``kwire-fused``       ``kwire.spark.map_kafka_arrow(spark, func, schema, ...)``: the workload's
                         Arrow function runs inside the read task (no JVM round trip first)

@@ -942,6 +942,105 @@ def test_map_kafka_arrow_hands_the_read_batches_to_the_function(spark, any_kafka
                            **options(peer, unique_topic))
 
 
+def _what_the_function_sees(batches):
+    """(Arrow schema, largest batch, batches, every row as a tuple) of what mapInArrow got."""
+    import pyarrow as pa
+
+    schema, sizes, rows = None, [], []
+    for b in batches:
+        schema = b.schema
+        sizes.append(b.num_rows)
+        rows.extend(repr(row) for row in zip(*(c.to_pylist() for c in b.columns)))
+    yield pa.RecordBatch.from_pydict({"schema": [str(schema)], "biggest": [max(sizes, default=0)],
+                                      "batches": [len(sizes)], "rows": [rows]})
+
+
+_SEES_DDL = "schema string, biggest long, batches long, rows array<string>"
+
+
+def _seen(df):
+    """What a mapInArrow over ``df`` saw: ({schema}, largest batch, batches, sorted rows), and
+    how many MapInArrow steps its plan has (1: the function ran in the read tasks)."""
+    out = df.mapInArrow(_what_the_function_sees, _SEES_DDL)
+    got = out.collect()
+    steps = out._jdf.queryExecution().optimizedPlan().toString().count("MapInArrow")
+    return ({r.schema for r in got if r.batches}, max(r.biggest for r in got), sum(r.batches for r in got),
+            sorted(x for r in got for x in r.rows)), steps
+
+
+def test_mapInArrow_over_read_kafka_runs_in_the_read_tasks_and_sees_what_spark_would_give(
+        spark, peer, unique_topic):
+    """read_kafka(...).select(names).mapInArrow(f) runs f in the read tasks (one Python stage),
+    and f gets what Spark's own two-stage mapInArrow hands it: the same types (session time
+    zone, large binary/string types when asked), the same columns in the same order, batches no
+    longer than maxRecordsPerBatch, the same rows.  Anything else stays Spark's."""
+    from pyspark.sql import functions as F
+
+    from kwire.spark.frame import KafkaDataFrame
+
+    create(peer, unique_topic, 3)
+    produce(peer, unique_topic, [(i % 3, b"k%d" % i, None if i % 11 == 3 else b"v%d" % i,
+                                  [("h", b"%d" % i)] if i % 2 else None) for i in range(2000)])
+    confs = {"spark.sql.session.timeZone": "America/New_York",
+             "spark.sql.execution.arrow.maxRecordsPerBatch": "97",
+             "spark.sql.execution.arrow.useLargeVarTypes": "true"}
+    before = {k: spark.conf.get(k) for k in confs}
+    try:
+        for conf in ({}, confs):
+            for k, v in conf.items():
+                spark.conf.set(k, v)
+            df = ks.read_kafka(spark, **options(peer, unique_topic, includeHeaders="true"))
+            assert isinstance(df, KafkaDataFrame)
+            for fused in (df.select("value", "timestamp", "key"), df.select(["headers", "offset"]),
+                          df, df.select("*")):
+                assert isinstance(fused, KafkaDataFrame)
+                unfused = fused.filter(F.lit(True))  # any other step: Spark's own mapInArrow
+                assert not isinstance(unfused, KafkaDataFrame)
+                (schemas, biggest, batches, rows), steps = _seen(fused)
+                (want_schemas, want_biggest, _, want_rows), want_steps = _seen(unfused)
+                assert (steps, want_steps) == (1, 2)
+                assert schemas == want_schemas and len(schemas) == 1
+                assert rows == want_rows and len(rows) == 2000
+                assert biggest <= int(spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+                assert batches >= 2000 // biggest
+            if conf:
+                (schemas, *_), _ = _seen(df.select("key", "timestamp"))
+                assert schemas == {"key: large_binary\ntimestamp: timestamp[us, tz=America/New_York]"}
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
+
+
+def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, unique_topic):
+    """Expressions, a cached read, barrier mode and commitToGroup keep Spark's own mapInArrow
+    (two Python stages; same answer)."""
+    from pyspark.sql import functions as F
+
+    from kwire.spark.frame import KafkaDataFrame
+
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 50)
+    df = ks.read_kafka(spark, **options(peer, unique_topic))
+    want = _seen(df)[0][3]
+    assert not isinstance(df.select(F.col("key")), KafkaDataFrame)
+    assert not isinstance(df.select("key", "key"), KafkaDataFrame)
+    assert not isinstance(df.select("KEY"), KafkaDataFrame)  # resolved by Spark, not by name here
+    barrier = df.mapInArrow(_what_the_function_sees, _SEES_DDL, barrier=True)
+    assert barrier._jdf.queryExecution().optimizedPlan().toString().count("MapInArrow") == 2
+    assert sorted(x for r in barrier.collect() for x in r.rows) == want
+    cached = ks.read_kafka(spark, **options(peer, unique_topic)).cache()
+    try:
+        assert cached.count() == 100
+        (_, _, _, rows), _ = _seen(cached)
+        plan = cached.mapInArrow(_what_the_function_sees, _SEES_DDL)._jdf.queryExecution().toString()
+        assert "InMemoryRelation" in plan and rows == want
+    finally:
+        cached.unpersist()
+    committing = ks.read_kafka(spark, **options(peer, unique_topic, commitToGroup=unique_topic + "-g",
+                                                startingOffsets="earliest"))
+    assert not isinstance(committing, KafkaDataFrame)
+
+
 def _stop_after_first_batch(batches):
     import pyarrow as pa
 

@@ -346,3 +346,31 @@ def test_to_record_batch_nulls_and_slicing():
     assert [ts.timestamp() for ts in d["timestamp"]] == [1.001, 1.002, 1.003]
     assert d["headers"] == [[{"key": "h", "value": b"1"}], [], [{"key": "h", "value": b"3"}]]
     assert to_record_batch(cols, "t", 3, 200, 300, kafka_arrow_schema()) is None
+
+
+def test_arrow_batch_layout_cuts_to_its_limits_and_casts_only_what_differs():
+    """ArrowBatchLayout.cut (a fused mapInArrow's batches): slices of at most max_records
+    records and about max_bytes bytes, every record once and in order, cast to its schema."""
+
+    from kwire.spark.arrow import ArrowBatchLayout
+
+    schema = kafka_arrow_schema()
+    values = [b"x" * (i % 50) for i in range(1000)]
+    batch = pa.RecordBatch.from_pydict({
+        "key": [None] * 1000, "value": values, "topic": ["t"] * 1000, "partition": [0] * 1000,
+        "offset": list(range(1000)), "timestamp": [0] * 1000, "timestampType": [0] * 1000}, schema=schema)
+    target = pa.schema([f.with_type(pa.timestamp("us", tz="Asia/Tokyo")) if f.name == "timestamp" else f
+                        for f in schema])
+    for max_records, max_bytes in ((None, None), (97, None), (None, batch.nbytes // 7), (300, 1000)):
+        out = list(ArrowBatchLayout(target, max_records, max_bytes).cut(iter([batch, batch.slice(0, 5)])))
+        assert all(b.schema == target for b in out)
+        assert [o for b in out for o in b.column("offset").to_pylist()] == list(range(1000)) + list(range(5))
+        assert [v for b in out for v in b.column("value").to_pylist()] == values + values[:5]
+        if max_records:
+            assert max(b.num_rows for b in out) <= max_records
+        if max_bytes:
+            assert len(out) >= batch.nbytes // max_bytes
+        if max_records is None and max_bytes is None:
+            assert [b.num_rows for b in out] == [1000, 5]
+    same = list(ArrowBatchLayout(schema, None, None).cut(iter([batch])))
+    assert same[0] is batch  # nothing to cast or cut: the batch itself

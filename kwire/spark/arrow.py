@@ -24,13 +24,15 @@ passed to Spark as the codec decoded them, without a UTF-8 check.
 """
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from ..records import to_arrow
 
-__all__ = ["kafka_arrow_schema", "to_record_batch"]
+__all__ = ["kafka_arrow_schema", "to_record_batch", "ArrowBatchLayout"]
 
 _HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 _HEADERS = pa.list_(pa.field("element", _HEADER_STRUCT))
@@ -55,3 +57,36 @@ def to_record_batch(cols: dict[str, Any], topic: str, partition: int, lo: int, u
     none), built by the record layer's one Arrow builder, :func:`kwire.records.to_arrow`."""
     batch = to_arrow(cols, topic=topic, partition=partition, lo=lo, until=until, schema=schema)
     return batch if batch.num_rows else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrowBatchLayout:
+    """The Arrow batches Spark would hand a ``mapInArrow`` function over a DataFrame: their
+    schema and the most records and bytes one holds (None: no limit)."""
+
+    schema: pa.Schema
+    max_records: int | None
+    max_bytes: int | None
+
+    def cut(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` in this layout's types, none longer than its limits (slices: no copy
+        of the records' bytes; a cast only where a type differs, e.g. the time zone)."""
+        cast = None
+        for b in batches:
+            if cast is None:
+                cast = not b.schema.equals(self.schema)
+            if cast:
+                b = b.cast(self.schema)
+            rows = b.num_rows
+            step = rows
+            if self.max_records is not None:
+                step = min(step, self.max_records)
+            if self.max_bytes is not None and rows:
+                nbytes = b.nbytes
+                if nbytes > self.max_bytes:
+                    step = min(step, max(1, rows * self.max_bytes // nbytes))
+            if step >= rows:
+                yield b
+                continue
+            for start in range(0, rows, step):
+                yield b.slice(start, step)

@@ -41,6 +41,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from .arrow import ArrowBatchLayout
+    from .frame import FusedRead
+
 # a range as the tasks get it: (topic, partition, from, until, topic id or None)
 RangeTuple = tuple[str, int, int, int, 'str | None']
 # a mapInArrow function: Arrow batches in, Arrow batches out
@@ -81,10 +84,11 @@ class _FusedArrowTaskGroups(_ArrowTaskGroups):
     the records never cross to the JVM and back before the user's code sees them."""
 
     def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]], func: ArrowFunction,
-                 columns: tuple[str, ...] | None):
+                 columns: tuple[str, ...] | None, layout: ArrowBatchLayout | None = None):
         super().__init__(settings, groups)
         self.func = func
         self.columns = columns
+        self.layout = layout  # a fused mapInArrow: the batches as Spark would have cut them
         self.__name__ = f"{getattr(func, '__name__', 'func')} over {self.__name__}"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -92,6 +96,8 @@ class _FusedArrowTaskGroups(_ArrowTaskGroups):
         if self.columns is not None:
             columns = list(self.columns)
             kafka_batches = (b.select(columns) for b in kafka_batches)
+        if self.layout is not None:
+            kafka_batches = self.layout.cut(kafka_batches)
         yield from self.func(kafka_batches)
 
 
@@ -224,12 +230,29 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
     elif reader == "mapInArrow":
         groups = task_groups(plan.ranges, opts.max_partitions)
         df = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(_ArrowTaskGroups(settings, groups), schema)
+        if not opts.commit_group and _classic(spark):
+            from .frame import FusedRead, KafkaDataFrame
+
+            df = KafkaDataFrame(df, FusedRead(settings, groups))  # mapInArrow over it runs in the read tasks
     else:
         rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_GroupReader(settings))
         df = spark.createDataFrame(rdd, schema)
     if opts.commit_group:
         df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress)
     return df
+
+
+def _classic(spark: SparkSession) -> bool:
+    """A classic (not Spark Connect) session: its DataFrames can be subclassed."""
+    return hasattr(spark, "_jsparkSession")
+
+
+def fused_map_in_arrow(spark: SparkSession, read: FusedRead, func: ArrowFunction, schema: StructType | str,
+                       layout: ArrowBatchLayout) -> DataFrame:
+    """``mapInArrow(func, schema)`` over a :class:`~kwire.spark.frame.KafkaDataFrame`, run in
+    its read tasks: ``func`` gets the batches in ``layout``."""
+    task = _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout)
+    return spark.range(0, len(read.groups), 1, max(1, len(read.groups))).mapInArrow(task, schema)
 
 
 def _plan_batch(spark: SparkSession, opts: SourceOptions) -> tuple[Plan, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
