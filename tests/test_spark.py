@@ -1011,6 +1011,35 @@ def test_mapInArrow_over_read_kafka_runs_in_the_read_tasks_and_sees_what_spark_w
             spark.conf.set(k, v)
 
 
+def test_select_and_count_over_read_kafka_run_in_the_read_tasks(spark, any_kafka_peer, unique_topic, monkeypatch):
+    """select(names) over read_kafka's DataFrame reads only those columns (one MapInArrow, no
+    Project; the same rows and schema as Spark's projection); count() counts in the read
+    tasks; both on Kafka 4.3 and 3.9 and Tansu."""
+    from pyspark.sql import functions as F
+
+    from kwire.spark import dataframe
+
+    peer = any_kafka_peer
+    create(peer, unique_topic, 3)
+    produce(peer, unique_topic, [(i % 3, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)] if i % 4 else None)
+                                 for i in range(300)])
+    df = ks.read_kafka(spark, **options(peer, unique_topic, includeHeaders="true"))
+    counted = []
+    real = dataframe.count_read
+    monkeypatch.setattr(dataframe, "count_read", lambda *a: counted.append(1) or real(*a))
+    for names in (["value", "partition"], ["headers", "offset", "key"], ["*"]):
+        pruned = df.select(*names)
+        spark_projection = df.filter(F.lit(True)).select(*names)
+        assert pruned.schema == spark_projection.schema
+        plan = pruned._jdf.queryExecution().optimizedPlan().toString()
+        assert plan.count("MapInArrow") == 1 and "Project" not in plan, plan
+        assert sorted(map(repr, pruned.collect())) == sorted(map(repr, spark_projection.collect()))
+        assert pruned.count() == 300
+    assert df.count() == 300 and df.select("key").count() == 300
+    assert len(counted) == 5
+    assert df.filter(F.col("partition") == 1).count() == 100 and len(counted) == 5  # Spark's count
+
+
 def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, unique_topic):
     """Expressions, a cached read, barrier mode and commitToGroup keep Spark's own mapInArrow
     (two Python stages; same answer)."""
@@ -1031,6 +1060,7 @@ def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, uniq
     cached = ks.read_kafka(spark, **options(peer, unique_topic)).cache()
     try:
         assert cached.count() == 100
+        assert not isinstance(cached.select("key"), KafkaDataFrame)  # Spark's projection of the cache
         (_, _, _, rows), _ = _seen(cached)
         plan = cached.mapInArrow(_what_the_function_sees, _SEES_DDL)._jdf.queryExecution().toString()
         assert "InMemoryRelation" in plan and rows == want

@@ -117,14 +117,17 @@ def test_streaming_planning_and_commits_are_logged_on_the_driver_console(peer, u
 
 def test_executors_without_kwire_fail_at_once_with_the_shipping_recipe(peer, unique_topic, tmp_path):
     """The driver imports kwire from the checkout, the workers get no path to it (as on a cluster
-    where kwire was never shipped): read_kafka raises ExecutorSetupError naming the executors'
-    Python and the recipe, before any read task runs; kafka_rdd and register do the same."""
+    where kwire was never shipped).  register and kafka_rdd raise ExecutorSetupError naming the
+    executors' Python and the recipe before any read task runs (one probe job each);
+    read_kafka's guarded read tasks fail the first action with the same message (no probe job);
+    with spark.kwire.checkExecutors=true read_kafka raises ExecutorSetupError at the call."""
     create(peer, unique_topic, 1)
     fill(peer, unique_topic, 1, 3)
     opts = options(peer, unique_topic)
     run = _driver(f"""
+        import time
         from kwire.errors import ExecutorSetupError
-        for call in (lambda: ks.read_kafka(spark, **{opts!r}), lambda: ks.register(spark),
+        for call in (lambda: ks.register(spark),
                      lambda: ks.kafka_rdd(spark.sparkContext, {{"bootstrap.servers": {peer.bootstrap!r}}},
                                           [({unique_topic!r}, 0, 0, 3)])):
             try:
@@ -133,6 +136,21 @@ def test_executors_without_kwire_fail_at_once_with_the_shipping_recipe(peer, uni
             except ExecutorSetupError as e:
                 print("ERROR", e)
         print("JOBS", len(spark.sparkContext.statusTracker().getJobIdsForGroup(None)))
+        df = ks.read_kafka(spark, **{opts!r})
+        print("DEFINED, JOBS", len(spark.sparkContext.statusTracker().getJobIdsForGroup(None)))
+        for action in (df.count, df.collect, lambda: df.select("value").toPandas()):
+            t0 = time.monotonic()
+            try:
+                action()
+                print("NO ERROR")
+            except Exception as e:
+                print("ACTION ERROR", round(time.monotonic() - t0, 1), " ".join(str(e).split()))
+        spark.conf.set("spark.kwire.checkExecutors", "true")
+        try:
+            ks.read_kafka(spark, **{opts!r})
+            print("NO ERROR")
+        except ExecutorSetupError as e:
+            print("ERROR", e)
     """, pythonpath=None, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     errors = [line for line in run.stdout.splitlines() if line.startswith("ERROR")]
@@ -140,23 +158,36 @@ def test_executors_without_kwire_fail_at_once_with_the_shipping_recipe(peer, uni
     for e in errors:
         assert "kwire cannot be imported on the executors" in e and "No module named 'kwire'" in e
         assert sys.executable in e and "--archives env.tar.gz#environment" in e
-    assert "JOBS 3" in run.stdout  # one probe per call, no read job
+    assert "JOBS 2" in run.stdout and "DEFINED, JOBS 2" in run.stdout  # one probe per call; none for read_kafka
+    actions = [line for line in run.stdout.splitlines() if line.startswith("ACTION ERROR")]
+    assert len(actions) == 3, run.stdout
+    for a in actions:
+        assert "ExecutorSetupError: kwire cannot be imported on the executors" in a, a
+        assert "No module named 'kwire'" in a and sys.executable in a and "--archives env.tar.gz#environment" in a
 
 
 def test_the_check_runs_once_per_application_and_can_be_turned_off(spark, peer, unique_topic, monkeypatch):
+    """The probe job runs once per application for the paths without guarded tasks (kafka_rdd,
+    register), never for read_kafka unless spark.kwire.checkExecutors=true, and not at all with
+    false."""
     from kwire.spark import executors
 
     create(peer, unique_topic, 1)
     fill(peer, unique_topic, 1, 3)
-    ks.read_kafka(spark, **options(peer, unique_topic))
+    config = {"bootstrap.servers": peer.bootstrap}
+    ks.kafka_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 3)])
     assert spark.sparkContext.applicationId in executors._checked
     probes = []
-    monkeypatch.setattr(executors, "_probe", lambda: probes.append(1) or (_ for _ in ()).throw(AssertionError))
-    assert ks.read_kafka(spark, **options(peer, unique_topic)).count() == 3
+    monkeypatch.setattr(executors, "_run_probe", lambda *a: probes.append(a) or [])
+    assert ks.kafka_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 3)]).count() == 3
     monkeypatch.setattr(executors, "_checked", set())
-    spark.conf.set(executors.CHECK_CONF, "false")
-    try:
-        assert ks.read_kafka(spark, **options(peer, unique_topic)).count() == 3
-    finally:
-        spark.conf.unset(executors.CHECK_CONF)
-    assert probes == []
+    assert ks.read_kafka(spark, **options(peer, unique_topic)).count() == 3
+    assert probes == []  # read_kafka's tasks are guarded: no probe
+    for setting, want in (("false", 0), ("true", 1)):
+        spark.conf.set(executors.CHECK_CONF, setting)
+        try:
+            assert ks.read_kafka(spark, **options(peer, unique_topic)).count() == 3
+            assert ks.kafka_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 3)]).count() == 3
+        finally:
+            spark.conf.unset(executors.CHECK_CONF)
+        assert len(probes) == want  # true: read_kafka probes, and kafka_rdd finds the answer remembered

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import parse_config
 from ..errors import ConfigError, KwireError
 from .commit import PendingCommit, RangeReport, commit_after_full_read, progress_param
-from .executors import check_executors
+from .executors import check_executors, guarded
 from .offset_reader import OffsetReader, lookup_topic_ids
 from .options import SourceOptions, parse_options
 from .planner import OffsetRange, Plan, balance_ranges, task_groups
@@ -63,19 +63,42 @@ class _ArrowTaskGroups:
     ``__name__`` is what ``explain()`` prints for the step: topics, ranges, records.
     """
 
-    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]]):
+    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]],
+                 columns: tuple[str, ...] | None = None):
         self.settings = settings
         self.groups = [tuple(_range_tuple(r) for r in g) for g in groups]
+        self.columns = columns  # only these, in this order (a select pushed into the read); None: all
         self.__name__ = describe_ranges([r for g in groups for r in g])
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from .arrow import kafka_arrow_schema
 
         schema = kafka_arrow_schema(self.settings.include_headers)
+        columns = None if self.columns is None else list(self.columns)
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 for r in self.groups[i]:
-                    yield from read_range_arrow(self.settings, r, schema)
+                    if columns is None:
+                        yield from read_range_arrow(self.settings, r, schema)
+                    else:
+                        for b in read_range_arrow(self.settings, r, schema):
+                            yield b.select(columns)
+
+
+class _CountTaskGroups(_ArrowTaskGroups):
+    """The ``mapInArrow`` function of a :class:`~kwire.spark.frame.KafkaDataFrame`'s
+    ``count()``: task ``i`` reads task group ``i`` and yields one row, its record count -- no
+    record goes to the JVM."""
+
+    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]]):
+        super().__init__(settings, groups, ("offset",))
+        self.__name__ = f"count of {self.__name__}"
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        n = sum(b.num_rows for b in super().__call__(batches))
+        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
 
 
 class _FusedArrowTaskGroups(_ArrowTaskGroups):
@@ -85,17 +108,13 @@ class _FusedArrowTaskGroups(_ArrowTaskGroups):
 
     def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]], func: ArrowFunction,
                  columns: tuple[str, ...] | None, layout: ArrowBatchLayout | None = None):
-        super().__init__(settings, groups)
+        super().__init__(settings, groups, columns)
         self.func = func
-        self.columns = columns
         self.layout = layout  # a fused mapInArrow: the batches as Spark would have cut them
         self.__name__ = f"{getattr(func, '__name__', 'func')} over {self.__name__}"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         kafka_batches = super().__call__(batches)
-        if self.columns is not None:
-            columns = list(self.columns)
-            kafka_batches = (b.select(columns) for b in kafka_batches)
         if self.layout is not None:
             kafka_batches = self.layout.cut(kafka_batches)
         yield from self.func(kafka_batches)
@@ -211,7 +230,7 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
     if reader == "auto":
         reader = ("mapInArrow" if _have("pyarrow") and _have("pandas")
                   else "datasource" if _data_source_available(spark) else "rows")
-    plan, settings, progress = _plan_batch(spark, opts)
+    plan, settings, progress = _plan_batch(spark, opts, guarded_tasks=reader == "mapInArrow")
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
     if reader == "datasource":
@@ -228,12 +247,12 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
             source = source.option(PROGRESS_OPTION, str(progress.aid))
         df = source.load()
     elif reader == "mapInArrow":
-        groups = task_groups(plan.ranges, opts.max_partitions)
-        df = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(_ArrowTaskGroups(settings, groups), schema)
-        if not opts.commit_group and _classic(spark):
-            from .frame import FusedRead, KafkaDataFrame
+        from .frame import FusedRead
 
-            df = KafkaDataFrame(df, FusedRead(settings, groups))  # mapInArrow over it runs in the read tasks
+        read = FusedRead(settings, task_groups(plan.ranges, opts.max_partitions))
+        # a KafkaDataFrame (select, count and mapInArrow run in the read tasks), but with
+        # commitToGroup the observed read is the DataFrame the commit watches
+        df = read_frame(spark, read) if opts.commit_group else kafka_frame(spark, read)
     else:
         rdd = _ranges_rdd(sc, plan.ranges, opts.max_partitions).mapPartitions(_GroupReader(settings))
         df = spark.createDataFrame(rdd, schema)
@@ -247,24 +266,63 @@ def _classic(spark: SparkSession) -> bool:
     return hasattr(spark, "_jsparkSession")
 
 
+def _over_task_groups(spark: SparkSession, task: _ArrowTaskGroups, schema: StructType | str) -> DataFrame:
+    """``task`` (guarded) over ``spark.range(n, numPartitions=n)``: task ``i`` gets the id ``i``."""
+    n = len(task.groups)
+    return spark.range(0, n, 1, max(1, n)).mapInArrow(guarded(task), schema)
+
+
+def read_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
+    """A plain DataFrame of ``read``'s records (its columns), read in a ``mapInArrow``."""
+    full = kafka_schema(read.settings.include_headers)
+    schema = full if read.columns is None else _struct([full[c] for c in read.columns])
+    return _over_task_groups(spark, _ArrowTaskGroups(read.settings, read.groups, read.columns), schema)
+
+
+def kafka_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
+    """:func:`read_frame` as a :class:`~kwire.spark.frame.KafkaDataFrame` where the session
+    allows one (a classic session, not Spark Connect)."""
+    df = read_frame(spark, read)
+    if not _classic(spark):
+        return df
+    from .frame import KafkaDataFrame
+
+    return KafkaDataFrame(df, read)
+
+
+def count_read(spark: SparkSession, read: FusedRead) -> int:
+    """The number of records ``read`` has, counted in its read tasks."""
+    counts = _over_task_groups(spark, _CountTaskGroups(read.settings, read.groups), "n long")
+    return sum(int(r[0]) for r in counts.collect())
+
+
 def fused_map_in_arrow(spark: SparkSession, read: FusedRead, func: ArrowFunction, schema: StructType | str,
                        layout: ArrowBatchLayout) -> DataFrame:
     """``mapInArrow(func, schema)`` over a :class:`~kwire.spark.frame.KafkaDataFrame`, run in
     its read tasks: ``func`` gets the batches in ``layout``."""
-    task = _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout)
-    return spark.range(0, len(read.groups), 1, max(1, len(read.groups))).mapInArrow(task, schema)
+    return _over_task_groups(spark, _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout),
+                             schema)
 
 
-def _plan_batch(spark: SparkSession, opts: SourceOptions) -> tuple[Plan, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
+def _struct(fields: list[Any]) -> StructType:
+    from pyspark.sql.types import StructType
+
+    return StructType(fields)
+
+
+def _plan_batch(spark: SparkSession, opts: SourceOptions, *, guarded_tasks: bool
+                ) -> tuple[Plan, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
     """Plan a batch read on the driver: (plan, executor settings, progress accumulator or
-    None -- with commitToGroup, the read tasks report each range they read to its end)."""
+    None -- with commitToGroup, the read tasks report each range they read to its end).
+    ``guarded_tasks``: the read tasks will be :func:`~kwire.spark.executors.guarded` (no
+    executor check job unless asked for)."""
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
     if opts.min_partitions is None and opts.max_records_per_partition is None and opts.max_partitions is None:
         # no layout asked for: even out the tasks over the cores (minPartitions=1 keeps
         # Spark's one task per partition)
         plan = dataclasses.replace(plan, ranges=balance_ranges(plan.ranges, spark.sparkContext.defaultParallelism))
-    check_executors(spark)
+    check_executors(spark, guarded_tasks=guarded_tasks)
     settings = ReadSettings.from_options(opts)
     progress = None
     if opts.commit_group:
@@ -291,7 +349,7 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
     commits nothing).  Needs pyarrow and pandas (as ``mapInArrow`` does).
     """
     opts = parse_options(options, streaming=False)
-    plan, settings, progress = _plan_batch(spark, opts)
+    plan, settings, progress = _plan_batch(spark, opts, guarded_tasks=True)
     groups = task_groups(plan.ranges, opts.max_partitions)
     if columns is not None:
         columns = tuple(columns)
@@ -299,8 +357,7 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
         if unknown:
             raise ConfigError(f"map_kafka_arrow: no column(s) {', '.join(sorted(unknown))} in "
                               "Spark's Kafka schema")
-    task = _FusedArrowTaskGroups(settings, groups, func, columns)
-    df = spark.range(0, len(groups), 1, max(1, len(groups))).mapInArrow(task, schema)
+    df = _over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
     if opts.commit_group:
         df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
     return df

@@ -8,7 +8,19 @@ what the executors' Python reported and how to ship kwire (docs/SPARK.md, "Shipp
 executors").  :func:`~kwire.spark.read_kafka`, :func:`~kwire.spark.register`,
 :func:`~kwire.spark.kafka_rdd` and :func:`~kwire.spark.kafka_arrow_rdd` call it; the answer is
 remembered per application, so it costs one short job per application (in a cold job it starts
-the Python worker that the read then reuses).  ``spark.kwire.checkExecutors=false`` turns it off.
+the Python worker that the read then reuses).
+
+:func:`~kwire.spark.read_kafka` (its default path, and every DataFrame made from it) and
+:func:`~kwire.spark.map_kafka_arrow` run no such job: their read tasks are :func:`guarded`, a
+function the executors unpickle without kwire, which imports kwire first and, if that fails or
+finds another version, fails the task with the same message (``ExecutorSetupError: kwire cannot
+be imported on the executors: ...`` and the recipe) -- the first action fails at once, with no
+minute of retries, and a cold job does not pay a job of its own (0.5-0.8 s of a cold
+``read_kafka(...).count()`` that is ~4 s in all).
+
+``spark.kwire.checkExecutors``: ``auto`` (the default: the job where no guard is), ``true`` (the
+job before every path, read_kafka's too: ``ExecutorSetupError`` at the call), ``false`` (no job;
+the guards stay: they cost nothing).
 """
 from __future__ import annotations
 
@@ -21,7 +33,7 @@ from typing import Any
 from .. import __version__
 from ..errors import ExecutorSetupError
 
-__all__ = ["check_executors", "SHIPPING_RECIPE", "CHECK_CONF"]
+__all__ = ["check_executors", "guarded", "SHIPPING_RECIPE", "CHECK_CONF"]
 
 _log = logging.getLogger("kwire.spark")
 
@@ -105,14 +117,41 @@ def _run_probe(spark_or_sc: Any, tasks: int) -> list[tuple[Any, ...]]:
     return reports
 
 
-def check_executors(sc: Any) -> None:
+def _check_setting(spark_or_sc: Any, sc: Any) -> str:
+    """``spark.kwire.checkExecutors`` as "auto", "true" or "false": the session's conf (given a
+    SparkContext, the active session's), else the application's."""
+    value = None
+    session = spark_or_sc if spark_or_sc is not sc else _active_session()
+    if session is not None:
+        value = session.conf.get(CHECK_CONF, None)
+    if value is None:
+        value = sc.getConf().get(CHECK_CONF, "auto")
+    text = str(value).strip().lower()
+    if text in ("false", "0", "no", "off"):
+        return "false"
+    if text in ("true", "1", "yes", "on"):
+        return "true"
+    return "auto"
+
+
+def _active_session() -> Any:
+    try:
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession()
+    except Exception:  # no SQL here, or no session
+        return None
+
+
+def check_executors(sc: Any, *, guarded_tasks: bool = False) -> None:
     """Raise :class:`~kwire.errors.ExecutorSetupError` unless the executors import this
-    kwire version (once per application; ``sc`` a SparkContext or SparkSession)."""
+    kwire version (once per application; ``sc`` a SparkContext or SparkSession).
+
+    ``guarded_tasks``: the caller's read tasks are :func:`guarded` -- then the job runs only
+    with ``spark.kwire.checkExecutors=true``."""
     spark_or_sc, sc = sc, getattr(sc, "sparkContext", sc)
-    if str(sc.getConf().get(CHECK_CONF, "true")).strip().lower() in ("false", "0", "no", "off"):
-        return
-    if spark_or_sc is not sc and str(spark_or_sc.conf.get(CHECK_CONF, "true")).strip().lower() in (
-            "false", "0", "no", "off"):
+    setting = _check_setting(spark_or_sc, sc)
+    if setting == "false" or (setting == "auto" and guarded_tasks):
         return
     app = sc.applicationId
     with _lock:
@@ -138,3 +177,45 @@ def check_executors(sc: Any) -> None:
             _log.warning("the executors run kwire's pure-Python codec (the compiled one did not load there): "
                          "reading works, several times slower")
         _checked.add(app)
+
+
+# A read task's wrapper, compiled in a module of its own name as the probe is, so cloudpickle
+# sends it by value: an executor without kwire unpickles it, and it says what is wrong.
+_GUARD_SOURCE = '''
+class ExecutorSetupError(RuntimeError):
+    """kwire.errors.ExecutorSetupError's name, where kwire cannot be imported."""
+
+
+def guarded(payload, version, recipe, name):
+    def task(batches):
+        import sys
+        try:
+            import kwire
+            import kwire.spark.reader
+        except Exception as e:
+            raise ExecutorSetupError("kwire cannot be imported on the executors: %s (Python %s): %s: %s. %s" % (
+                sys.executable, sys.version.split()[0], type(e).__name__, e, recipe)) from None
+        if getattr(kwire, "__version__", None) != version:
+            raise ExecutorSetupError(
+                "the executors have kwire %s, the driver %s: plans and offsets must be read by the same "
+                "version. %s" % (getattr(kwire, "__version__", "?"), version, recipe))
+        import pickle
+        return pickle.loads(payload)(batches)
+    task.__name__ = task.__qualname__ = name
+    return task
+'''
+
+
+def guarded(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` (a ``mapInArrow`` function of kwire's) wrapped for the executors: the wrapper
+    unpickles without kwire, imports kwire, checks its version, and only then unpickles and
+    calls ``func`` -- an executor without kwire, or with another version, fails the task with
+    ``ExecutorSetupError: ...`` and the shipping recipe.  The wrapper has ``func``'s
+    ``__name__`` (what ``explain()`` prints)."""
+    from pyspark import cloudpickle
+
+    dumps: Callable[[Any], bytes] = cloudpickle.dumps  # unannotated in PySpark
+    namespace: dict[str, Any] = {"__name__": "kwire_executor_guard"}
+    exec(compile(_GUARD_SOURCE, "<kwire executor guard>", "exec"), namespace)
+    wrap: Callable[..., Callable[..., Any]] = namespace["guarded"]
+    return wrap(dumps(func), __version__, SHIPPING_RECIPE, getattr(func, "__name__", "kwire_read"))

@@ -66,17 +66,32 @@ class KafkaDataFrame(ClassicDataFrame):
         super().__init__(df._jdf, df.sparkSession)
         self._kwire_read = read
 
+    def _fusing(self) -> bool:
+        """Whether this DataFrame's steps may run in its own read tasks: not when Spark has it
+        cached (Spark then reads the cache, not Kafka)."""
+        if self.is_cached:
+            return False
+        level = self.storageLevel
+        return not (level.useMemory or level.useDisk or level.useOffHeap)
+
     def select(self, *cols: Any) -> DataFrame:
-        out = super().select(*cols)
         names = _plain_names(cols, self.columns)
-        if names is None:
-            return out
-        return KafkaDataFrame(out, dataclasses.replace(self._kwire_read, columns=names))
+        if names is None or not self._fusing():
+            return super().select(*cols)
+        from .dataframe import kafka_frame
+
+        return kafka_frame(self.sparkSession, dataclasses.replace(self._kwire_read, columns=names))
+
+    def count(self) -> int:
+        if not self._fusing():
+            return super().count()
+        from .dataframe import count_read
+
+        return count_read(self.sparkSession, self._kwire_read)
 
     def mapInArrow(self, func: ArrowFunction, schema: StructType | str,  # noqa: N802 - PySpark's name
                    barrier: bool = False, profile: ResourceProfile | None = None) -> DataFrame:
-        if barrier or profile is not None or self.is_cached or self.storageLevel.useMemory or \
-                self.storageLevel.useDisk:
+        if barrier or profile is not None or not self._fusing():
             return super().mapInArrow(func, schema, barrier, profile)
         from .dataframe import fused_map_in_arrow
 
