@@ -222,7 +222,11 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
     makes Spark start three Python planning processes on the driver (look-up, creation,
     planning), each importing PySpark, pyarrow and kwire, before the first task runs, while
     ``mapInArrow`` over ``spark.range`` starts none; warm, the two move the same Arrow
-    batches (see the README's Spark benchmarks).
+    batches (see the README's Spark benchmarks).  Its DataFrame (without ``commitToGroup``)
+    is a :class:`~kwire.spark.frame.KafkaDataFrame`: ``select`` of column names reads only
+    those, ``count()`` counts in the read tasks, and ``mapInArrow`` over it runs in the read
+    tasks.  Its read tasks check that the executors have this kwire
+    (:func:`~kwire.spark.executors.guarded`) instead of a job of their own.
     """
     if reader not in _READERS:
         raise ConfigError(f"read_kafka: reader must be one of {', '.join(_READERS)}, not {reader!r}")

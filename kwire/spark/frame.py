@@ -1,29 +1,34 @@
-"""``read_kafka``'s DataFrame: ``mapInArrow`` over it runs the function inside the read tasks.
+"""``read_kafka``'s DataFrame: ``select``, ``count`` and ``mapInArrow`` run in the read tasks.
 
-A plain ``read_kafka(...).select("key", "value").mapInArrow(f, schema)`` is two Python stages:
-kwire's read tasks hand their Arrow batches to the JVM, which turns them into rows, projects
-them and writes them out again as Arrow for a second Python worker running ``f`` -- a JVM
-round trip per record that cost the per-key aggregation of the Spark benchmark about half its
-time.  :class:`KafkaDataFrame` is the DataFrame ``read_kafka`` returns on its default path
-(``reader="mapInArrow"``, no ``commitToGroup``); it is an ordinary PySpark DataFrame except
-for two methods:
+``read_kafka`` reads in a ``mapInArrow`` over ``spark.range``, and Spark can see neither into
+nor past a Python function: a ``select`` above it still makes the read tasks send every column
+to the JVM, a ``count()`` turns every record into a JVM row to count it, and
+``select("key", "value").mapInArrow(f, schema)`` is two Python stages -- the read tasks hand
+their Arrow batches to the JVM, which makes rows of them and Arrow again for a second Python
+worker running ``f`` (about half the time of the Spark benchmark's per-key aggregation).
 
-* ``select`` with plain column names (or ``"*"``) returns a :class:`KafkaDataFrame` of those
-  columns;
-* ``mapInArrow(f, schema)`` runs ``f`` in the read tasks, as :func:`~kwire.spark.map_kafka_arrow`
-  does, and ``f`` sees what Spark would have handed it: the Arrow types PySpark makes of the
-  DataFrame's schema (the session's time zone on ``timestamp``, large binary/string types when
-  ``spark.sql.execution.arrow.useLargeVarTypes`` is on), only the selected columns in their
-  order, and batches of at most ``spark.sql.execution.arrow.maxRecordsPerBatch`` records and
-  ``maxBytesPerBatch`` bytes.  The batches are cut where kwire's fetches end, so ``f`` may see
-  shorter batches than Spark would give it (Spark fills each one); ``mapInArrow`` promises no
-  batch size.
+:class:`KafkaDataFrame` is the DataFrame ``read_kafka`` returns on its default path
+(``reader="mapInArrow"``, no ``commitToGroup``): an ordinary PySpark DataFrame except that
 
-Everything else -- a ``filter``, a ``select`` of expressions, ``withColumn``, a cached or
-persisted DataFrame, ``mapInArrow(..., barrier=True)`` or with a resource profile -- is
-PySpark's own, and ``mapInArrow`` after it is Spark's two-stage one (the same answer, slower).
-The fused DataFrame reads Kafka when an action runs, exactly like the unfused one: the planned
-ranges are fixed at ``read_kafka``.
+* ``select`` of plain column names (or ``"*"``) is a new read of only those columns (Spark's
+  own Kafka source prunes columns too): a :class:`KafkaDataFrame` with the same rows and
+  schema as Spark's projection;
+* ``count()`` counts in the read tasks (one row per task reaches the JVM);
+* ``mapInArrow(f, schema)`` runs ``f`` in the read tasks, as
+  :func:`~kwire.spark.map_kafka_arrow` does, handing it what Spark would: the Arrow types
+  Spark's JVM writes for the DataFrame's schema (the session's time zone on ``timestamp``,
+  large binary/string types with ``spark.sql.execution.arrow.useLargeVarTypes``), only the
+  selected columns in their order, batches of at most
+  ``spark.sql.execution.arrow.maxRecordsPerBatch`` records and ``maxBytesPerBatch`` bytes.
+  They are cut where kwire's fetches end, so ``f`` may see a shorter batch where Spark would
+  have filled one; ``mapInArrow`` promises no batch size either way.
+
+Everything else -- ``filter``, ``select`` of expressions or ``Column`` objects, ``withColumn``,
+``mapInArrow(..., barrier=True)`` or with a resource profile -- is PySpark's own, and what
+follows it is Spark's (the same answers, Spark's cost).  A cached or persisted DataFrame keeps
+Spark's ``select``, ``count`` and ``mapInArrow`` too, so they read the cache, not Kafka; a
+``select`` made *before* ``cache()`` is a read of its own and reads Kafka.  Every read is of
+the ranges planned at ``read_kafka`` (the same records each time, as before).
 """
 from __future__ import annotations
 
