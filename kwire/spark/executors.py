@@ -199,6 +199,13 @@ def guarded(payload, version, recipe, name):
             raise ExecutorSetupError(
                 "the executors have kwire %s, the driver %s: plans and offsets must be read by the same "
                 "version. %s" % (getattr(kwire, "__version__", "?"), version, recipe))
+        impl = getattr(sys.modules.get("kwire._impl"), "IMPLEMENTATION", None)
+        if impl not in ("cython", None) and not getattr(kwire, "_kwire_warned_impl", False):
+            kwire._kwire_warned_impl = True
+            import logging
+            logging.getLogger("kwire.spark").warning(
+                "this executor runs kwire's pure-Python codec (the compiled one did not load here): "
+                "reading works, several times slower")
         import pickle
         return pickle.loads(payload)(batches)
     task.__name__ = task.__qualname__ = name
