@@ -1035,9 +1035,13 @@ def test_select_and_count_over_read_kafka_run_in_the_read_tasks(spark, any_kafka
         assert plan.count("MapInArrow") == 1 and "Project" not in plan, plan
         assert sorted(map(repr, pruned.collect())) == sorted(map(repr, spark_projection.collect()))
         assert pruned.count() == 300
+    fresh = ks.read_kafka(spark, **options(peer, unique_topic, includeHeaders="true"))
+    assert fresh.select("offset").count() == 300
+    # count() is a Python RDD job: the DataFrame's Java side was never made (no Spark SQL query)
+    assert fresh.__dict__.get("_kwire_jdf") is None
     assert df.count() == 300 and df.select("key").count() == 300
-    assert len(counted) == 5
-    assert df.filter(F.col("partition") == 1).count() == 100 and len(counted) == 5  # Spark's count
+    assert len(counted) == 6
+    assert df.filter(F.col("partition") == 1).count() == 100 and len(counted) == 6  # Spark's count
 
 
 def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, unique_topic):

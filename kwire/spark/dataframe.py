@@ -85,20 +85,6 @@ class _ArrowTaskGroups:
                             yield b.select(columns)
 
 
-class _CountTaskGroups(_ArrowTaskGroups):
-    """The ``mapInArrow`` function of a :class:`~kwire.spark.frame.KafkaDataFrame`'s
-    ``count()``: task ``i`` reads task group ``i`` and yields one row, its record count -- no
-    record goes to the JVM."""
-
-    def __init__(self, settings: ReadSettings, groups: list[list[OffsetRange]]):
-        super().__init__(settings, groups, ("offset",))
-        self.__name__ = f"count of {self.__name__}"
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        n = sum(b.num_rows for b in super().__call__(batches))
-        yield pa.RecordBatch.from_arrays([pa.array([n], pa.int64())], names=["n"])
 
 
 class _FusedArrowTaskGroups(_ArrowTaskGroups):
@@ -164,6 +150,18 @@ class _GroupReader:
         for group in groups:
             for r in group:
                 yield from read(r)
+
+
+class _GroupCounter:
+    """The ``mapPartitions`` function of a :class:`~kwire.spark.frame.KafkaDataFrame`'s
+    ``count()``: each element is a group of ranges; yields the records read (Arrow batches
+    counted, no record leaves the task)."""
+
+    def __init__(self, settings: ReadSettings):
+        self.reader = _GroupReader(settings, arrow=True)
+
+    def __call__(self, groups: Iterable[Sequence[OffsetRange | Sequence[Any]]]) -> Iterator[int]:
+        yield sum(b.num_rows for b in self.reader(groups))
 
 
 def _ranges_rdd(sc: SparkContext, ranges: list[OffsetRange], num_partitions: int | None
@@ -276,28 +274,40 @@ def _over_task_groups(spark: SparkSession, task: _ArrowTaskGroups, schema: Struc
     return spark.range(0, n, 1, max(1, n)).mapInArrow(guarded(task), schema)
 
 
+def read_schema(read: FusedRead) -> StructType:
+    """The Spark schema of ``read``'s rows: Spark's Kafka schema, or its selected columns."""
+    full = kafka_schema(read.settings.include_headers)
+    return full if read.columns is None else _struct([full[c] for c in read.columns])
+
+
 def read_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
     """A plain DataFrame of ``read``'s records (its columns), read in a ``mapInArrow``."""
-    full = kafka_schema(read.settings.include_headers)
-    schema = full if read.columns is None else _struct([full[c] for c in read.columns])
-    return _over_task_groups(spark, _ArrowTaskGroups(read.settings, read.groups, read.columns), schema)
+    return _over_task_groups(spark, _ArrowTaskGroups(read.settings, read.groups, read.columns), read_schema(read))
 
 
 def kafka_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
-    """:func:`read_frame` as a :class:`~kwire.spark.frame.KafkaDataFrame` where the session
-    allows one (a classic session, not Spark Connect)."""
-    df = read_frame(spark, read)
+    """A :class:`~kwire.spark.frame.KafkaDataFrame` of ``read`` where the session allows one
+    (a classic session, not Spark Connect), else :func:`read_frame`."""
     if not _classic(spark):
-        return df
+        return read_frame(spark, read)
     from .frame import KafkaDataFrame
 
-    return KafkaDataFrame(df, read)
+    return KafkaDataFrame(spark, read)
 
 
 def count_read(spark: SparkSession, read: FusedRead) -> int:
-    """The number of records ``read`` has, counted in its read tasks."""
-    counts = _over_task_groups(spark, _CountTaskGroups(read.settings, read.groups), "n long")
-    return sum(int(r[0]) for r in counts.collect())
+    """The number of records ``read`` has, counted in its read tasks: a Python RDD job (Spark
+    SQL is not needed to count, and in a cold job its first query and Arrow workers cost more
+    than the read), described as the count of the ranges in Spark's UI."""
+    sc = spark.sparkContext
+    groups = [list(g) for g in read.groups]
+    rdd = sc.parallelize(groups, max(1, len(groups))).mapPartitions(guarded(_GroupCounter(read.settings)))
+    before = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(f"count of {describe_ranges([r for g in read.groups for r in g])}")
+    try:
+        return int(sum(rdd.collect()))
+    finally:
+        sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
 
 
 def fused_map_in_arrow(spark: SparkSession, read: FusedRead, func: ArrowFunction, schema: StructType | str,

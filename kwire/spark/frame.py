@@ -62,30 +62,52 @@ class FusedRead:
 
 
 class KafkaDataFrame(ClassicDataFrame):
-    """The DataFrame of :func:`~kwire.spark.read_kafka`'s default path: ``mapInArrow`` over it
-    (after a ``select`` of column names, or directly) runs in the read tasks (see the module)."""
+    """The DataFrame of :func:`~kwire.spark.read_kafka`'s default path: ``select`` of column
+    names, ``count()`` and ``mapInArrow`` run in the read tasks (see the module).
+
+    Spark's side of it (the ``mapInArrow`` over ``spark.range`` that reads the records) is
+    made the first time something needs it: ``read_kafka(...).count()`` never does, so a cold
+    job that only counts pays neither Spark SQL's first query nor its Arrow workers."""
 
     _kwire_read: FusedRead
 
-    def __init__(self, df: DataFrame, read: FusedRead):
-        super().__init__(df._jdf, df.sparkSession)
+    def __init__(self, spark: SparkSession, read: FusedRead):
         self._kwire_read = read
+        super().__init__(None, spark)  # the Java side (_jdf) is made when needed
+
+    @property
+    def _jdf(self) -> Any:
+        jdf = self.__dict__.get("_kwire_jdf")
+        if jdf is None:
+            from .dataframe import read_frame
+
+            jdf = self.__dict__["_kwire_jdf"] = read_frame(self.sparkSession, self._kwire_read)._jdf
+        return jdf
+
+    @_jdf.setter
+    def _jdf(self, jdf: Any) -> None:
+        self.__dict__["_kwire_jdf"] = jdf
 
     def _fusing(self) -> bool:
         """Whether this DataFrame's steps may run in its own read tasks: not when Spark has it
         cached (Spark then reads the cache, not Kafka)."""
         if self.is_cached:
             return False
+        if self.__dict__.get("_kwire_jdf") is None:
+            return True  # no Java side yet: nothing of it can be cached
         level = self.storageLevel
         return not (level.useMemory or level.useDisk or level.useOffHeap)
 
+    def _kwire_schema(self) -> StructType:
+        from .dataframe import read_schema
+
+        return read_schema(self._kwire_read)
+
     def select(self, *cols: Any) -> DataFrame:
-        names = _plain_names(cols, self.columns)
+        names = _plain_names(cols, self._kwire_schema().fieldNames())
         if names is None or not self._fusing():
             return super().select(*cols)
-        from .dataframe import kafka_frame
-
-        return kafka_frame(self.sparkSession, dataclasses.replace(self._kwire_read, columns=names))
+        return KafkaDataFrame(self.sparkSession, dataclasses.replace(self._kwire_read, columns=names))
 
     def count(self) -> int:
         if not self._fusing():
@@ -101,7 +123,7 @@ class KafkaDataFrame(ClassicDataFrame):
         from .dataframe import fused_map_in_arrow
 
         return fused_map_in_arrow(self.sparkSession, self._kwire_read, func, schema,
-                                  arrow_batch_layout(self.sparkSession, self.schema))
+                                  arrow_batch_layout(self.sparkSession, self._kwire_schema()))
 
 
 def _plain_names(cols: Sequence[Any], columns: list[str]) -> tuple[str, ...] | None:
