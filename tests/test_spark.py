@@ -1044,6 +1044,66 @@ def test_select_and_count_over_read_kafka_run_in_the_read_tasks(spark, any_kafka
     assert df.filter(F.col("partition") == 1).count() == 100 and len(counted) == 6  # Spark's count
 
 
+def _plain_columns(batches):
+    """Every plain Spark type, nulls included, from the records read."""
+    import pyarrow as pa
+
+    for b in batches:
+        offsets = b.column("offset").to_pylist()
+        values = b.column("value").to_pylist()
+        yield pa.RecordBatch.from_arrays([
+            pa.array(offsets, pa.int64()), pa.array([o % 7 if o % 5 else None for o in offsets], pa.int32()),
+            pa.array([o % 100 for o in offsets], pa.int16()), pa.array([o % 3 for o in offsets], pa.int8()),
+            pa.array([o / 3 if o % 4 else None for o in offsets], pa.float64()),
+            pa.array([o / 8 for o in offsets], pa.float32()), pa.array([o % 2 == 0 for o in offsets], pa.bool_()),
+            pa.array([None if v is None else v.decode() + "-é" for v in values], pa.string()),
+            pa.array(values, pa.binary())],
+            names=["o", "i", "s", "b", "d", "f", "t", "text", "raw"])
+
+
+_PLAIN_DDL = "o long, i int, s short, b byte, d double, f float, t boolean, text string, raw binary"
+
+
+def _wrong_type(batches):
+    import pyarrow as pa
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays([pa.array([1] * b.num_rows, pa.int32())], names=["n"])
+
+
+def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_topic, monkeypatch):
+    """collect() of mapInArrow over read_kafka runs as a Python RDD job for plain columns and
+    gives exactly the rows (values, types, order, names) Spark's own collect gives; other
+    schemas, and batches not of the schema's types, are Spark's own collect (and fail as
+    Spark fails)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from kwire.spark import dataframe
+    from kwire.spark.frame import KafkaArrowFrame
+
+    create(peer, unique_topic, 3)
+    produce(peer, unique_topic, [(i % 3, None, None if i % 9 == 4 else b"v%d" % i, None) for i in range(900)])
+    df = ks.read_kafka(spark, **options(peer, unique_topic))
+    ran = []
+    real = dataframe.collect_in_tasks
+    monkeypatch.setattr(dataframe, "collect_in_tasks", lambda *a: ran.append(real(*a)) or ran[-1])
+    for schema in (_PLAIN_DDL, StructType.fromDDL(_PLAIN_DDL)):
+        fused = df.select("offset", "value").mapInArrow(_plain_columns, schema)
+        assert isinstance(fused, KafkaArrowFrame)
+        got = fused.collect()
+        want = df.filter(F.lit(True)).select("offset", "value").mapInArrow(_plain_columns, schema).collect()
+        assert ran[-1] is not None and fused.__dict__.get("_kwire_jdf") is None  # no Spark SQL query ran
+        assert got == want and len(got) == 900
+        assert [r.asDict() for r in got] == [r.asDict() for r in want]
+        assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
+    nested = df.mapInArrow(_what_the_function_sees, _SEES_DDL)
+    assert len(nested.collect()) >= 1 and ran[-1] is None  # an array column: Spark's collect
+    with pytest.raises(Exception, match="getLong|UNSUPPORTED_CALL|ArrowColumnVector"):
+        df.mapInArrow(_wrong_type, "n long").collect()  # int32 for a long: Spark's own failure
+    assert ran[-1] is None
+
+
 def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, unique_topic):
     """Expressions, a cached read, barrier mode and commitToGroup keep Spark's own mapInArrow
     (two Python stages; same answer)."""

@@ -268,7 +268,7 @@ def _classic(spark: SparkSession) -> bool:
     return hasattr(spark, "_jsparkSession")
 
 
-def _over_task_groups(spark: SparkSession, task: _ArrowTaskGroups, schema: StructType | str) -> DataFrame:
+def over_task_groups(spark: SparkSession, task: _ArrowTaskGroups, schema: StructType | str) -> DataFrame:
     """``task`` (guarded) over ``spark.range(n, numPartitions=n)``: task ``i`` gets the id ``i``."""
     n = len(task.groups)
     return spark.range(0, n, 1, max(1, n)).mapInArrow(guarded(task), schema)
@@ -282,7 +282,7 @@ def read_schema(read: FusedRead) -> StructType:
 
 def read_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
     """A plain DataFrame of ``read``'s records (its columns), read in a ``mapInArrow``."""
-    return _over_task_groups(spark, _ArrowTaskGroups(read.settings, read.groups, read.columns), read_schema(read))
+    return over_task_groups(spark, _ArrowTaskGroups(read.settings, read.groups, read.columns), read_schema(read))
 
 
 def kafka_frame(spark: SparkSession, read: FusedRead) -> DataFrame:
@@ -310,12 +310,69 @@ def count_read(spark: SparkSession, read: FusedRead) -> int:
         sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
 
 
-def fused_map_in_arrow(spark: SparkSession, read: FusedRead, func: ArrowFunction, schema: StructType | str,
-                       layout: ArrowBatchLayout) -> DataFrame:
-    """``mapInArrow(func, schema)`` over a :class:`~kwire.spark.frame.KafkaDataFrame`, run in
-    its read tasks: ``func`` gets the batches in ``layout``."""
-    return _over_task_groups(spark, _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout),
-                             schema)
+def fused_task(read: FusedRead, func: ArrowFunction, layout: ArrowBatchLayout) -> _FusedArrowTaskGroups:
+    """The read tasks of ``mapInArrow(func, schema)`` over a
+    :class:`~kwire.spark.frame.KafkaDataFrame`: ``func`` gets the batches in ``layout``."""
+    return _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout)
+
+
+class _IpcBatches:
+    """The ``mapPartitions`` function of :func:`collect_in_tasks`: the task group ids of its
+    partition through ``task``, each batch ``task`` yields as an Arrow IPC stream (bytes)."""
+
+    def __init__(self, task: _ArrowTaskGroups):
+        self.task = task
+
+    def __call__(self, ids: Iterable[int]) -> Iterator[bytes]:
+        import pyarrow as pa
+
+        id_batch = pa.RecordBatch.from_arrays([pa.array(list(ids), pa.int64())], names=["id"])
+        for batch in self.task(iter([id_batch])):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            yield sink.getvalue().to_pybytes()
+
+
+# Spark types whose rows collect_in_tasks makes itself (Arrow's Python values are Spark's)
+_PLAIN_TYPES = ("LongType", "IntegerType", "ShortType", "ByteType", "DoubleType", "FloatType", "BooleanType",
+                "StringType", "BinaryType")
+
+
+def collect_in_tasks(spark: SparkSession, task: _ArrowTaskGroups, schema: StructType) -> list[Any] | None:
+    """``collect()`` of ``task``'s output as a Python RDD job: the rows Spark's ``collect``
+    would give, or None where Spark's own must decide -- a schema that is not of plain
+    columns, ``spark.sql.execution.pyspark.binaryAsBytes=false``, or batches whose types are
+    not the schema's (Spark fails those; this path never guesses)."""
+    if not schema.fields or not all(type(f.dataType).__name__ in _PLAIN_TYPES for f in schema.fields):
+        return None
+    try:
+        if str(spark.conf.get("spark.sql.execution.pyspark.binaryAsBytes")).strip().lower() == "false":
+            return None
+    except Exception:  # a Spark without that conf: binary is bytes
+        pass
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _create_row
+
+    want = [f.type for f in to_arrow_schema(schema)]
+    sc = spark.sparkContext
+    n = len(task.groups)
+    rdd = sc.parallelize(range(n), max(1, n)).mapPartitions(guarded(_IpcBatches(task)))
+    before = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(getattr(task, "__name__", "kwire"))
+    try:
+        blobs = rdd.collect()
+    finally:
+        sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
+    names = schema.fieldNames()
+    rows: list[Any] = []
+    for blob in blobs:
+        for batch in pa.ipc.open_stream(blob):
+            if [f.type for f in batch.schema] != want:
+                return None  # Spark reads columns by position and fails on another type
+            rows.extend(_create_row(names, values) for values in zip(*(c.to_pylist() for c in batch.columns)))
+    return rows
 
 
 def _struct(fields: list[Any]) -> StructType:
@@ -371,7 +428,7 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
         if unknown:
             raise ConfigError(f"map_kafka_arrow: no column(s) {', '.join(sorted(unknown))} in "
                               "Spark's Kafka schema")
-    df = _over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
+    df = over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
     if opts.commit_group:
         df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
     return df

@@ -43,13 +43,13 @@ from .reader import ReadSettings
 
 if TYPE_CHECKING:
     from pyspark.resource import ResourceProfile
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
     from .dataframe import ArrowFunction
     from .planner import OffsetRange
 
-__all__ = ["KafkaDataFrame", "FusedRead"]
+__all__ = ["KafkaDataFrame", "KafkaArrowFrame", "FusedRead"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,27 +61,23 @@ class FusedRead:
     columns: tuple[str, ...] | None = None  # the selected columns, in order; None: all
 
 
-class KafkaDataFrame(ClassicDataFrame):
-    """The DataFrame of :func:`~kwire.spark.read_kafka`'s default path: ``select`` of column
-    names, ``count()`` and ``mapInArrow`` run in the read tasks (see the module).
+class _LazyJava(ClassicDataFrame):
+    """A DataFrame whose Java side (``_jdf``) is made the first time something needs it, by
+    :meth:`_kwire_make`: the actions kwire runs itself (as a Python RDD job) never make it, so
+    a cold job that only counts or collects pays neither Spark SQL's first query nor its Arrow
+    workers."""
 
-    Spark's side of it (the ``mapInArrow`` over ``spark.range`` that reads the records) is
-    made the first time something needs it: ``read_kafka(...).count()`` never does, so a cold
-    job that only counts pays neither Spark SQL's first query nor its Arrow workers."""
-
-    _kwire_read: FusedRead
-
-    def __init__(self, spark: SparkSession, read: FusedRead):
-        self._kwire_read = read
+    def __init__(self, spark: SparkSession):
         super().__init__(None, spark)  # the Java side (_jdf) is made when needed
+
+    def _kwire_make(self) -> DataFrame:
+        raise NotImplementedError
 
     @property
     def _jdf(self) -> Any:
         jdf = self.__dict__.get("_kwire_jdf")
         if jdf is None:
-            from .dataframe import read_frame
-
-            jdf = self.__dict__["_kwire_jdf"] = read_frame(self.sparkSession, self._kwire_read)._jdf
+            jdf = self.__dict__["_kwire_jdf"] = self._kwire_make()._jdf
         return jdf
 
     @_jdf.setter
@@ -89,14 +85,30 @@ class KafkaDataFrame(ClassicDataFrame):
         self.__dict__["_kwire_jdf"] = jdf
 
     def _fusing(self) -> bool:
-        """Whether this DataFrame's steps may run in its own read tasks: not when Spark has it
-        cached (Spark then reads the cache, not Kafka)."""
+        """Whether kwire may run this DataFrame's steps itself: not when Spark has it cached
+        (Spark then reads the cache, not Kafka)."""
         if self.is_cached:
             return False
         if self.__dict__.get("_kwire_jdf") is None:
             return True  # no Java side yet: nothing of it can be cached
         level = self.storageLevel
         return not (level.useMemory or level.useDisk or level.useOffHeap)
+
+
+class KafkaDataFrame(_LazyJava):
+    """The DataFrame of :func:`~kwire.spark.read_kafka`'s default path: ``select`` of column
+    names, ``count()`` and ``mapInArrow`` run in the read tasks (see the module)."""
+
+    _kwire_read: FusedRead
+
+    def __init__(self, spark: SparkSession, read: FusedRead):
+        self._kwire_read = read
+        super().__init__(spark)
+
+    def _kwire_make(self) -> DataFrame:
+        from .dataframe import read_frame
+
+        return read_frame(self.sparkSession, self._kwire_read)
 
     def _kwire_schema(self) -> StructType:
         from .dataframe import read_schema
@@ -120,10 +132,47 @@ class KafkaDataFrame(ClassicDataFrame):
                    barrier: bool = False, profile: ResourceProfile | None = None) -> DataFrame:
         if barrier or profile is not None or not self._fusing():
             return super().mapInArrow(func, schema, barrier, profile)
-        from .dataframe import fused_map_in_arrow
+        from .dataframe import fused_task
 
-        return fused_map_in_arrow(self.sparkSession, self._kwire_read, func, schema,
-                                  arrow_batch_layout(self.sparkSession, self._kwire_schema()))
+        task = fused_task(self._kwire_read, func, arrow_batch_layout(self.sparkSession, self._kwire_schema()))
+        return KafkaArrowFrame(self.sparkSession, task, schema)
+
+
+class KafkaArrowFrame(_LazyJava):
+    """``mapInArrow(func, schema)`` over a :class:`KafkaDataFrame`: ``func`` runs in the read
+    tasks.  ``collect()`` of a schema of plain columns (integers, floats, booleans, strings,
+    binary) is a Python RDD job that brings ``func``'s Arrow batches to the driver and makes
+    the same rows Spark's ``collect`` makes; batches whose types are not the schema's hand the
+    job to Spark's own ``collect`` (which then runs ``func`` again, and fails as Spark does)."""
+
+    def __init__(self, spark: SparkSession, task: Any, schema: StructType | str):
+        self._kwire_task = task
+        self._kwire_declared = schema
+        super().__init__(spark)
+
+    def _kwire_make(self) -> DataFrame:
+        from .dataframe import over_task_groups
+
+        return over_task_groups(self.sparkSession, self._kwire_task, self._kwire_declared)
+
+    def collect(self) -> list[Row]:
+        if self._fusing():
+            from .dataframe import collect_in_tasks
+
+            rows = collect_in_tasks(self.sparkSession, self._kwire_task, self._kwire_struct())
+            if rows is not None:
+                return rows
+        return super().collect()
+
+    def _kwire_struct(self) -> StructType:
+        from pyspark.sql.types import StructType
+
+        declared = self._kwire_declared
+        if isinstance(declared, StructType):
+            return declared
+        parsed = StructType.fromDDL(declared)  # Spark's parser (no query, no Java DataFrame)
+        assert isinstance(parsed, StructType)
+        return parsed
 
 
 def _plain_names(cols: Sequence[Any], columns: list[str]) -> tuple[str, ...] | None:
