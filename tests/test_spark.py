@@ -1097,6 +1097,8 @@ def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_top
         assert got == want and len(got) == 900
         assert [r.asDict() for r in got] == [r.asDict() for r in want]
         assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
+    with pytest.raises(Exception, match="notatype|PARSE|DATATYPE"):  # a bad schema fails at once, as Spark's
+        df.mapInArrow(_plain_columns, "a notatype")
     nested = df.mapInArrow(_what_the_function_sees, _SEES_DDL)
     assert len(nested.collect()) >= 1 and ran[-1] is None  # an array column: Spark's collect
     with pytest.raises(Exception, match="getLong|UNSUPPORTED_CALL|ArrowColumnVector"):

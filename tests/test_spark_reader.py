@@ -374,3 +374,25 @@ def test_arrow_batch_layout_cuts_to_its_limits_and_casts_only_what_differs():
             assert [b.num_rows for b in out] == [1000, 5]
     same = list(ArrowBatchLayout(schema, None, None).cut(iter([batch])))
     assert same[0] is batch  # nothing to cast or cut: the batch itself
+
+
+@pytest.mark.parametrize("ddl", [
+    "key binary, n long, total long", "a bigint,b INT , c smallint, d tinyint", "x double, y float, z real",
+    "flag boolean, s string, raw binary", "a_1 integer, B2 short, c byte"])
+def test_plain_ddl_is_read_as_sparks_parser_reads_it(spark, ddl):
+    """plain_ddl_struct (a fused mapInArrow's schema without Spark's parser) gives Spark's
+    StructType for plain columns, and None for anything it does not read itself."""
+    from pyspark.sql.types import StructType
+
+    from kwire.spark.frame import plain_ddl_struct
+
+    assert plain_ddl_struct(ddl) == StructType.fromDDL(ddl)
+
+
+@pytest.mark.parametrize("ddl", [
+    "", "a long,", "a array<int>", "`a b` long", "a decimal(10,2)", "a long not null", "a long comment 'x'",
+    "a timestamp", "a map<string,int>", "a long, A string", "a struct<b: int>", "1a long"])
+def test_other_ddl_is_left_to_sparks_parser(ddl):
+    from kwire.spark.frame import plain_ddl_struct
+
+    assert plain_ddl_struct(ddl) is None

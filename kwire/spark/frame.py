@@ -33,6 +33,7 @@ the ranges planned at ``read_kafka`` (the same records each time, as before).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -135,6 +136,8 @@ class KafkaDataFrame(_LazyJava):
         from .dataframe import fused_task
 
         task = fused_task(self._kwire_read, func, arrow_batch_layout(self.sparkSession, self._kwire_schema()))
+        if isinstance(schema, str):  # parsed now, as Spark's mapInArrow does: a bad DDL fails here
+            schema = plain_ddl_struct(schema) or _parsed_ddl(schema)
         return KafkaArrowFrame(self.sparkSession, task, schema)
 
 
@@ -145,7 +148,7 @@ class KafkaArrowFrame(_LazyJava):
     the same rows Spark's ``collect`` makes; batches whose types are not the schema's hand the
     job to Spark's own ``collect`` (which then runs ``func`` again, and fails as Spark does)."""
 
-    def __init__(self, spark: SparkSession, task: Any, schema: StructType | str):
+    def __init__(self, spark: SparkSession, task: Any, schema: StructType):
         self._kwire_task = task
         self._kwire_declared = schema
         super().__init__(spark)
@@ -159,20 +162,11 @@ class KafkaArrowFrame(_LazyJava):
         if self._fusing():
             from .dataframe import collect_in_tasks
 
-            rows = collect_in_tasks(self.sparkSession, self._kwire_task, self._kwire_struct())
+            rows = collect_in_tasks(self.sparkSession, self._kwire_task, self._kwire_declared)
             if rows is not None:
                 return rows
         return super().collect()
 
-    def _kwire_struct(self) -> StructType:
-        from pyspark.sql.types import StructType
-
-        declared = self._kwire_declared
-        if isinstance(declared, StructType):
-            return declared
-        parsed = StructType.fromDDL(declared)  # Spark's parser (no query, no Java DataFrame)
-        assert isinstance(parsed, StructType)
-        return parsed
 
 
 def _plain_names(cols: Sequence[Any], columns: list[str]) -> tuple[str, ...] | None:
@@ -221,3 +215,41 @@ def arrow_batch_layout(spark: SparkSession, schema: StructType) -> ArrowBatchLay
         arrow,
         max_records if max_records > 0 else None,
         max_bytes if max_bytes > 0 else None)
+
+
+# DDL type names of the plain columns (Spark's names and synonyms), for plain_ddl_struct
+_PLAIN_DDL_TYPES = {
+    "long": "LongType", "bigint": "LongType", "int": "IntegerType", "integer": "IntegerType",
+    "short": "ShortType", "smallint": "ShortType", "byte": "ByteType", "tinyint": "ByteType",
+    "double": "DoubleType", "float": "FloatType", "real": "FloatType", "boolean": "BooleanType",
+    "string": "StringType", "binary": "BinaryType"}
+_DDL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def plain_ddl_struct(ddl: str) -> StructType | None:
+    """The StructType of a DDL string of plain columns (``"key binary, n long"``: names of
+    letters, digits and underscores, types of :data:`_PLAIN_DDL_TYPES`), without asking
+    Spark's parser -- its first use in a JVM takes a quarter of a second; None for anything
+    else (Spark's parser reads that)."""
+    from pyspark.sql import types as T
+
+    fields = []
+    for part in ddl.split(","):
+        words = part.split()
+        if len(words) != 2 or not _DDL_NAME.match(words[0]):
+            return None
+        name, kind = words[0], _PLAIN_DDL_TYPES.get(words[1].lower())
+        if kind is None:
+            return None
+        fields.append(T.StructField(name, getattr(T, kind)(), True))
+    if not fields or len({f.name.lower() for f in fields}) != len(fields):
+        return None
+    return T.StructType(fields)
+
+
+def _parsed_ddl(ddl: str) -> StructType:
+    from pyspark.sql.types import StructType
+
+    parsed = StructType.fromDDL(ddl)  # Spark's parser (a JVM call; no query, no Java DataFrame)
+    assert isinstance(parsed, StructType)
+    return parsed
