@@ -13,7 +13,11 @@ offsets.  Otherwise, where both ran, they behaved alike.
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +32,8 @@ from kwire.embedded import TansuBroker, free_port
 from kwire.errors import ConfigError, KafkaTimeoutError, KwireError, UnknownTopicOrPartitionError
 from kwire.spark import dataframe as spark_df
 from kwire.spark.offset_reader import OffsetReader, UnreachableClusterError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.spark, pytest.mark.tansu]
 
@@ -1104,6 +1110,40 @@ def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_top
     with pytest.raises(Exception, match="getLong|UNSUPPORTED_CALL|ArrowColumnVector"):
         df.mapInArrow(_wrong_type, "n long").collect()  # int32 for a long: Spark's own failure
     assert ran[-1] is None
+
+
+_READ_TASKS_IN_A_FRESH_WORKER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import pyarrow as pa
+from kwire.spark import dataframe as d
+from kwire.spark.arrow import ArrowBatchLayout, kafka_arrow_schema
+from kwire.spark.planner import OffsetRange
+from kwire.spark.reader import ReadSettings
+
+settings = ReadSettings({"bootstrap.servers": sys.argv[2]}, False, True, 30000)
+groups = [[OffsetRange(sys.argv[3], 0, 0, 50)]]
+target = pa.schema([f.with_type(pa.timestamp("us", tz="Asia/Tokyo")) if f.name == "timestamp" else f
+                    for f in kafka_arrow_schema()])
+task = d._FusedArrowTaskGroups(settings, groups, lambda batches: batches, None, ArrowBatchLayout(target, 7, None))
+blobs = list(d._IpcBatches(task)(iter([0])))
+rows = sum(b.num_rows for blob in blobs for b in pa.ipc.open_stream(blob))
+counted = list(d._GroupCounter(settings)(iter(groups)))
+print(json.dumps({"pandas": "pandas" in sys.modules, "rows": rows, "blobs": len(blobs), "counted": counted}))
+"""
+
+
+def test_read_tasks_do_not_import_pandas(peer, unique_topic):
+    """What read_kafka's tasks run in a fresh Python worker -- a fused mapInArrow cut to
+    Spark's layout (a cast and slices), its batches for collect(), the count -- imports no
+    pandas: a cold worker would pay ~0.2 s for it (pa.array() imports it)."""
+    create(peer, unique_topic, 1)
+    fill(peer, unique_topic, 1, 50)
+    out = subprocess.run([sys.executable, "-c", _READ_TASKS_IN_A_FRESH_WORKER, str(ROOT), peer.bootstrap, unique_topic],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"pandas": False, "rows": 50, "blobs": 8, "counted": [50]}
 
 
 def test_mapInArrow_over_read_kafka_stays_sparks_where_it_must(spark, peer, unique_topic):

@@ -324,9 +324,14 @@ class _IpcBatches:
         self.task = task
 
     def __call__(self, ids: Iterable[int]) -> Iterator[bytes]:
+        import array
+
         import pyarrow as pa
 
-        id_batch = pa.RecordBatch.from_arrays([pa.array(list(ids), pa.int64())], names=["id"])
+        # the ids column from its buffer: pa.array() imports pandas (~0.2 s of a cold worker)
+        values = array.array("q", ids)
+        id_batch = pa.RecordBatch.from_arrays(
+            [pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values.tobytes())])], names=["id"])
         for batch in self.task(iter([id_batch])):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, batch.schema) as writer:
