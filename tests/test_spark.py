@@ -1018,9 +1018,9 @@ def test_mapInArrow_over_read_kafka_runs_in_the_read_tasks_and_sees_what_spark_w
 
 
 def test_select_and_count_over_read_kafka_run_in_the_read_tasks(spark, any_kafka_peer, unique_topic, monkeypatch):
-    """select(names) over read_kafka's DataFrame reads only those columns (one MapInArrow, no
-    Project; the same rows and schema as Spark's projection); count() counts in the read
-    tasks; both on Kafka 4.3 and 3.9 and Tansu."""
+    """select(names) over read_kafka's DataFrame gives the rows and schema of Spark's projection,
+    whose columns stay the parent's (they resolve after it); count() over either counts in the
+    read tasks (only the selected columns read); on Kafka 4.3 and 3.9 and Tansu."""
     from pyspark.sql import functions as F
 
     from kwire.spark import dataframe
@@ -1037,10 +1037,13 @@ def test_select_and_count_over_read_kafka_run_in_the_read_tasks(spark, any_kafka
         pruned = df.select(*names)
         spark_projection = df.filter(F.lit(True)).select(*names)
         assert pruned.schema == spark_projection.schema
-        plan = pruned._jdf.queryExecution().optimizedPlan().toString()
-        assert plan.count("MapInArrow") == 1 and "Project" not in plan, plan
         assert sorted(map(repr, pruned.collect())) == sorted(map(repr, spark_projection.collect()))
         assert pruned.count() == 300
+    # the selection's columns are the parent's (Spark's projection): its columns resolve after it
+    assert df.select("key", "value").filter(df.partition.isNull() | df.value.isNotNull()).count() == 300
+    assert df.select("key", "value").withColumn("v", df.value.cast("string")).filter("v like 'v1%'").count() == \
+        df.filter(F.lit(True)).filter(F.col("value").cast("string").like("v1%")).count()
+    assert df.select("*").select(df.key).count() == 300 and len(df.select("key").orderBy(df.key).collect()) == 300
     fresh = ks.read_kafka(spark, **options(peer, unique_topic, includeHeaders="true"))
     assert fresh.select("offset").count() == 300
     # count() is a Python RDD job: the DataFrame's Java side was never made (no Spark SQL query)
@@ -1077,6 +1080,39 @@ def _wrong_type(batches):
         yield pa.RecordBatch.from_arrays([pa.array([1] * b.num_rows, pa.int32())], names=["n"])
 
 
+def _with_nulls(batches):
+    import pyarrow as pa
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays([b.column(0), pa.array([None] * b.num_rows, pa.int64())], names=["o", "x"])
+
+
+def _sizes_and_zone(batches):
+    import pyarrow as pa
+
+    biggest, zone = 0, None
+    for b in batches:
+        biggest, zone = max(biggest, b.num_rows), b.schema.field("timestamp").type.tz
+    yield pa.RecordBatch.from_pydict({"biggest": [biggest], "zone": [zone]})
+
+
+def test_collect_of_a_fused_mapInArrow_over_nothing_is_empty(spark, peer, unique_topic):
+    """No records planned: Spark calls no mapInArrow function, so collect() is [] (not one
+    call over nothing), as through Spark's plan."""
+    from pyspark.sql import functions as F
+
+    create(peer, unique_topic, 2)
+    df = ks.read_kafka(spark, **options(peer, unique_topic))
+
+    def total(batches):
+        import pyarrow as pa
+
+        yield pa.RecordBatch.from_pydict({"n": [sum(b.num_rows for b in batches)]}, schema=pa.schema([("n", pa.int64())]))
+
+    assert df.mapInArrow(total, "n long").collect() == df.filter(F.lit(True)).mapInArrow(total, "n long").collect() == []
+    assert df.count() == 0
+
+
 def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_topic, monkeypatch):
     """collect() of mapInArrow over read_kafka runs as a Python RDD job for plain columns and
     gives exactly the rows (values, types, order, names) Spark's own collect gives; other
@@ -1105,6 +1141,28 @@ def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_top
         assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
     with pytest.raises(Exception, match="notatype|PARSE|DATATYPE"):  # a bad schema fails at once, as Spark's
         df.mapInArrow(_plain_columns, "a notatype")
+    # what Spark's collect refuses, this one does not answer either: duplicate names, a null
+    # in a non-nullable column
+    def outcome(frame):
+        try:
+            return sorted(map(repr, frame.collect()))
+        except Exception as e:  # Spark's failure
+            return type(e).__name__
+
+    for schema in ("o long, O long", StructType.fromDDL("o long").add("x", "long", nullable=False)):
+        fused = df.select("offset").mapInArrow(_with_nulls, schema)
+        assert outcome(fused) == outcome(df.filter(F.lit(True)).select("offset").mapInArrow(_with_nulls, schema))
+        assert ran[-1] is None  # Spark's own collect answered (or failed)
+    # the session's confs are read when the action runs, as Spark reads them
+    sizes = df.select("timestamp").mapInArrow(_sizes_and_zone, "biggest long, zone string")
+    before = {k: spark.conf.get(k) for k in ("spark.sql.session.timeZone", "spark.sql.execution.arrow.maxRecordsPerBatch")}
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "13")
+        assert {(r.biggest, r.zone) for r in sizes.collect()} == {(13, "Asia/Tokyo")} and ran[-1] is not None
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
     nested = df.mapInArrow(_what_the_function_sees, _SEES_DDL)
     assert len(nested.collect()) >= 1 and ran[-1] is None  # an array column: Spark's collect
     with pytest.raises(Exception, match="getLong|UNSUPPORTED_CALL|ArrowColumnVector"):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import kwire.spark as ks
+from kwire.errors import ConfigError
 from kwire.spark.progress import kafka_progress, offsets_of
 
 from .test_spark import create, fill, options
@@ -191,3 +192,9 @@ def test_the_check_runs_once_per_application_and_can_be_turned_off(spark, peer, 
         finally:
             spark.conf.unset(executors.CHECK_CONF)
         assert len(probes) == want  # true: read_kafka probes, and kafka_rdd finds the answer remembered
+    spark.conf.set(executors.CHECK_CONF, "sometimes")
+    try:
+        with pytest.raises(ConfigError, match="must be auto, true or false"):
+            ks.kafka_rdd(spark.sparkContext, config, [(unique_topic, 0, 0, 3)])
+    finally:
+        spark.conf.unset(executors.CHECK_CONF)

@@ -330,6 +330,8 @@ class _IpcBatches:
 
         # the ids column from its buffer: pa.array() imports pandas (~0.2 s of a cold worker)
         values = array.array("q", ids)
+        if not values:
+            return  # Spark does not call a mapInArrow function for a partition without rows
         id_batch = pa.RecordBatch.from_arrays(
             [pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values.tobytes())])], names=["id"])
         for batch in self.task(iter([id_batch])):
@@ -351,6 +353,8 @@ def collect_in_tasks(spark: SparkSession, task: _ArrowTaskGroups, schema: Struct
     not the schema's (Spark fails those; this path never guesses)."""
     if not schema.fields or not all(type(f.dataType).__name__ in _PLAIN_TYPES for f in schema.fields):
         return None
+    if len({f.name.lower() for f in schema.fields}) != len(schema.fields):
+        return None  # Spark's collect fails on duplicate names
     try:
         if str(spark.conf.get("spark.sql.execution.pyspark.binaryAsBytes")).strip().lower() == "false":
             return None
@@ -376,6 +380,8 @@ def collect_in_tasks(spark: SparkSession, task: _ArrowTaskGroups, schema: Struct
         for batch in pa.ipc.open_stream(blob):
             if [f.type for f in batch.schema] != want:
                 return None  # Spark reads columns by position and fails on another type
+            if any(not f.nullable and batch.column(i).null_count for i, f in enumerate(schema.fields)):
+                return None  # Spark fails on a null in a non-nullable column
             rows.extend(_create_row(names, values) for values in zip(*(c.to_pylist() for c in batch.columns)))
     return rows
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
-from ..errors import ExecutorSetupError
+from ..errors import ConfigError, ExecutorSetupError
 
 __all__ = ["check_executors", "guarded", "SHIPPING_RECIPE", "CHECK_CONF"]
 
@@ -131,7 +131,9 @@ def _check_setting(spark_or_sc: Any, sc: Any) -> str:
         return "false"
     if text in ("true", "1", "yes", "on"):
         return "true"
-    return "auto"
+    if text in ("auto", ""):
+        return "auto"
+    raise ConfigError(f"{CHECK_CONF} must be auto, true or false, not {value!r}")
 
 
 def _active_session() -> Any:

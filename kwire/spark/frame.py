@@ -10,9 +10,9 @@ worker running ``f`` (about half the time of the Spark benchmark's per-key aggre
 :class:`KafkaDataFrame` is the DataFrame ``read_kafka`` returns on its default path
 (``reader="mapInArrow"``, no ``commitToGroup``): an ordinary PySpark DataFrame except that
 
-* ``select`` of plain column names (or ``"*"``) is a new read of only those columns (Spark's
-  own Kafka source prunes columns too): a :class:`KafkaDataFrame` with the same rows and
-  schema as Spark's projection;
+* ``select`` of plain column names (or ``"*"``) is a :class:`KafkaDataFrame` whose Java side
+  is Spark's own projection (its columns stay the parent's: ``df.select("key").filter(df.key
+  ...)`` resolves), while what kwire runs over it reads only those columns;
 * ``count()`` counts in the read tasks (one row per task reaches the JVM);
 * ``mapInArrow(f, schema)`` runs ``f`` in the read tasks, as
   :func:`~kwire.spark.map_kafka_arrow` does, handing it what Spark would: the Arrow types
@@ -21,7 +21,8 @@ worker running ``f`` (about half the time of the Spark benchmark's per-key aggre
   selected columns in their order, batches of at most
   ``spark.sql.execution.arrow.maxRecordsPerBatch`` records and ``maxBytesPerBatch`` bytes.
   They are cut where kwire's fetches end, so ``f`` may see a shorter batch where Spark would
-  have filled one; ``mapInArrow`` promises no batch size either way.
+  have filled one; ``mapInArrow`` promises no batch size either way.  The confs are read when
+  an action runs (as Spark reads them), not when ``mapInArrow`` is called.
 
 Everything else -- ``filter``, ``select`` of expressions or ``Column`` objects, ``withColumn``,
 ``mapInArrow(..., barrier=True)`` or with a resource profile -- is PySpark's own, and what
@@ -102,11 +103,18 @@ class KafkaDataFrame(_LazyJava):
 
     _kwire_read: FusedRead
 
-    def __init__(self, spark: SparkSession, read: FusedRead):
+    def __init__(self, spark: SparkSession, read: FusedRead, selected_from: tuple[KafkaDataFrame, tuple[Any, ...]]
+                 | None = None):
         self._kwire_read = read
+        self._kwire_selected_from = selected_from  # (parent, the select's arguments)
         super().__init__(spark)
 
     def _kwire_make(self) -> DataFrame:
+        if self._kwire_selected_from is not None:
+            # Spark's own projection of the parent's read: the columns keep the parent's
+            # attributes, so df.select("key").filter(df.key ...) resolves as in Spark
+            parent, cols = self._kwire_selected_from
+            return ClassicDataFrame.select(parent, *cols)
         from .dataframe import read_frame
 
         return read_frame(self.sparkSession, self._kwire_read)
@@ -120,7 +128,7 @@ class KafkaDataFrame(_LazyJava):
         names = _plain_names(cols, self._kwire_schema().fieldNames())
         if names is None or not self._fusing():
             return super().select(*cols)
-        return KafkaDataFrame(self.sparkSession, dataclasses.replace(self._kwire_read, columns=names))
+        return KafkaDataFrame(self.sparkSession, dataclasses.replace(self._kwire_read, columns=names), (self, cols))
 
     def count(self) -> int:
         if not self._fusing():
@@ -133,12 +141,9 @@ class KafkaDataFrame(_LazyJava):
                    barrier: bool = False, profile: ResourceProfile | None = None) -> DataFrame:
         if barrier or profile is not None or not self._fusing():
             return super().mapInArrow(func, schema, barrier, profile)
-        from .dataframe import fused_task
-
-        task = fused_task(self._kwire_read, func, arrow_batch_layout(self.sparkSession, self._kwire_schema()))
         if isinstance(schema, str):  # parsed now, as Spark's mapInArrow does: a bad DDL fails here
             schema = plain_ddl_struct(schema) or _parsed_ddl(schema)
-        return KafkaArrowFrame(self.sparkSession, task, schema)
+        return KafkaArrowFrame(self.sparkSession, self._kwire_read, self._kwire_schema(), func, schema)
 
 
 class KafkaArrowFrame(_LazyJava):
@@ -148,21 +153,32 @@ class KafkaArrowFrame(_LazyJava):
     the same rows Spark's ``collect`` makes; batches whose types are not the schema's hand the
     job to Spark's own ``collect`` (which then runs ``func`` again, and fails as Spark does)."""
 
-    def __init__(self, spark: SparkSession, task: Any, schema: StructType):
-        self._kwire_task = task
+    def __init__(self, spark: SparkSession, read: FusedRead, read_schema: StructType, func: ArrowFunction,
+                 schema: StructType):
+        self._kwire_read = read
+        self._kwire_read_schema = read_schema
+        self._kwire_func = func
         self._kwire_declared = schema
         super().__init__(spark)
+
+    def _kwire_task(self) -> Any:
+        """The read tasks, handing ``func`` the batches as the session's confs say now (Spark
+        reads them when a query runs, not when it is defined)."""
+        from .dataframe import fused_task
+
+        return fused_task(self._kwire_read, self._kwire_func,
+                          arrow_batch_layout(self.sparkSession, self._kwire_read_schema))
 
     def _kwire_make(self) -> DataFrame:
         from .dataframe import over_task_groups
 
-        return over_task_groups(self.sparkSession, self._kwire_task, self._kwire_declared)
+        return over_task_groups(self.sparkSession, self._kwire_task(), self._kwire_declared)
 
     def collect(self) -> list[Row]:
         if self._fusing():
             from .dataframe import collect_in_tasks
 
-            rows = collect_in_tasks(self.sparkSession, self._kwire_task, self._kwire_declared)
+            rows = collect_in_tasks(self.sparkSession, self._kwire_task(), self._kwire_declared)
             if rows is not None:
                 return rows
         return super().collect()
