@@ -1096,6 +1096,51 @@ def _sizes_and_zone(batches):
     yield pa.RecordBatch.from_pydict({"biggest": [biggest], "zone": [zone]})
 
 
+def test_count_and_collect_run_by_kwire_fail_as_jobs_fail(spark, kafka, unique_topic, tmp_path):
+    """The actions kwire runs as RDD jobs fail the way the Spark SQL ones do: a function that
+    raises fails collect() with its message (and is not retried through Spark's collect); a
+    planned range whose records were deleted after planning (DeleteRecords: Apache Kafka) fails
+    count() and collect() in the tasks with DataLossError, or, with failOnDataLoss=false,
+    counts what is left."""
+    peer = kafka
+    from pyspark.sql import functions as F
+
+    create(peer, unique_topic, 2)
+    fill(peer, unique_topic, 2, 10)
+    df = ks.read_kafka(spark, **options(peer, unique_topic))
+    calls = tmp_path / "calls"  # local[2]: the workers write where the test reads (a failed
+    # task's accumulator updates are dropped, so they cannot count)
+
+    def boom(batches):
+        with open(calls, "a") as f:
+            f.write("call\n")
+        for _ in batches:
+            raise ValueError("boom in the user's function")
+        yield from ()
+
+    with pytest.raises(Exception, match="boom in the user's function"):
+        df.select("value").mapInArrow(boom, "n long").collect()
+    assert calls.read_text().count("call") == len(df._kwire_read.groups)  # once a task: no second run via Spark
+    # records deleted between planning and the action: the read tasks find the log start moved
+    lost = ks.read_kafka(spark, **options(peer, unique_topic))
+    kept = ks.read_kafka(spark, **options(peer, unique_topic, failOnDataLoss="false"))
+    delete_records(peer, unique_topic, {0: 5})
+    for action in (lost.count, lost.select("offset").count,
+                   lambda: lost.mapInArrow(_plain_columns_of_offsets, "o long").collect()):
+        with pytest.raises(Exception, match="DataLossError"):
+            action()
+    assert kept.count() == kept.filter(F.lit(True)).count() == 15
+    assert sorted(r.o for r in kept.mapInArrow(_plain_columns_of_offsets, "o long").collect()) == \
+        sorted(list(range(5, 10)) + list(range(10)))
+
+
+def _plain_columns_of_offsets(batches):
+    import pyarrow as pa
+
+    for b in batches:
+        yield pa.RecordBatch.from_arrays([b.column("offset")], names=["o"])
+
+
 def test_collect_of_a_fused_mapInArrow_over_nothing_is_empty(spark, peer, unique_topic):
     """No records planned: Spark calls no mapInArrow function, so collect() is [] (not one
     call over nothing), as through Spark's plan."""

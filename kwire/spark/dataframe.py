@@ -302,10 +302,17 @@ def count_read(spark: SparkSession, read: FusedRead) -> int:
     sc = spark.sparkContext
     groups = [list(g) for g in read.groups]
     rdd = sc.parallelize(groups, max(1, len(groups))).mapPartitions(guarded(_GroupCounter(read.settings)))
+    return int(sum(_collect_described(rdd, f"count of {describe_ranges([r for g in read.groups for r in g])}")))
+
+
+def _collect_described(rdd: RDD[Any], description: str) -> list[Any]:
+    """``rdd.collect()`` as a job named ``description`` in Spark's UI (the thread's previous
+    description restored after)."""
+    sc = rdd.context
     before = sc.getLocalProperty("spark.job.description")
-    sc.setJobDescription(f"count of {describe_ranges([r for g in read.groups for r in g])}")
+    sc.setJobDescription(description)
     try:
-        return int(sum(rdd.collect()))
+        return rdd.collect()
     finally:
         sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
 
@@ -368,12 +375,7 @@ def collect_in_tasks(spark: SparkSession, task: _ArrowTaskGroups, schema: Struct
     sc = spark.sparkContext
     n = len(task.groups)
     rdd = sc.parallelize(range(n), max(1, n)).mapPartitions(guarded(_IpcBatches(task)))
-    before = sc.getLocalProperty("spark.job.description")
-    sc.setJobDescription(getattr(task, "__name__", "kwire"))
-    try:
-        blobs = rdd.collect()
-    finally:
-        sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
+    blobs = _collect_described(rdd, getattr(task, "__name__", "kwire"))
     names = schema.fieldNames()
     rows: list[Any] = []
     for blob in blobs:
