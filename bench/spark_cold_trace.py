@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.harness import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _SITE = r'''
@@ -93,7 +95,7 @@ logger.codegen.level = INFO
 
 
 def _env_with(site_dir: str, trace: str) -> dict:
-    env = dict(os.environ)
+    env = child_env()
     env["PYTHONPATH"] = os.pathsep.join([site_dir, str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["KWIRE_TRACE_FILE"] = trace
     env["KWIRE_BENCH_SPARK_LOGLEVEL"] = "keep"

@@ -124,7 +124,7 @@ def _env(pycache: Path | None) -> dict:
     """The child environment: kwire importable from this checkout, and its bytecode cached
     (in ``pycache``) as an installed kwire's is -- PYTHONDONTWRITEBYTECODE would make every run
     compile whatever changed since the last .pyc was written."""
-    env = harness._child_env()
+    env = harness.child_env()
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.harness import byte_compile_sources
+
 ROOT = str(Path(__file__).resolve().parent.parent)
 SMOKE = os.environ.get("KWIRE_BENCH_SMOKE", "") not in ("", "0")
 N = int(os.environ.get("KWIRE_BENCH_SPARK_RECORDS", "5000" if SMOKE else "1000000"))
@@ -52,6 +54,7 @@ RATES: dict[str, float] = {}  # contender -> records/s (best round)
 
 @pytest.fixture(scope="module")
 def spark():
+    byte_compile_sources()  # the workers import kwire as an installed one: compiled
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

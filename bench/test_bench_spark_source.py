@@ -45,7 +45,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness import machine_info, now_iso, system_busy_s
+from bench.harness import child_env, machine_info, now_iso, system_busy_s
 from bench.spark_jobs import CONTENDERS, WORKLOADS, produce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,9 +74,7 @@ SUMMARY: list[str] = []
 
 
 def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return child_env()  # kwire byte-compiled first, as an installed one is
 
 
 def _child(mode: str, spec: dict, timeout_s: float) -> tuple[dict, float, str]:
