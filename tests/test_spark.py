@@ -227,8 +227,9 @@ def test_group_start_and_commit_round_trip(spark, peer, unique_topic):
 
 @pytest.mark.parametrize("reader", ["datasource", "mapInArrow", "rows"])
 def test_read_kafka_evens_tasks_out_over_the_cores(spark, peer, unique_topic, reader, monkeypatch):
-    """Three partitions on local[2]: four parts (two rounds of two tasks) rather than two tasks
-    and then one alone; exactly the records, and a group commit of the partitions' ends."""
+    """Three partitions on local[2]: four even parts (one range cut in two), packed into one
+    task per core -- not two tasks and then one alone, nor four tasks; exactly the records,
+    and a group commit of the partitions' ends."""
     import kwire.spark.planner as planner
 
     monkeypatch.setattr(planner, "BALANCE_MIN_PART_OFFSETS", 4)  # 12 records a partition here
@@ -237,15 +238,21 @@ def test_read_kafka_evens_tasks_out_over_the_cores(spark, peer, unique_topic, re
     fill(peer, unique_topic, 3, 12)
     group = unique_topic + "-g"
     df = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, commitToGroup=group))
-    assert df.rdd.getNumPartitions() == 4
-    sizes = sorted(df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect())
-    assert sizes == [6, 6, 12, 12]
+    assert df.rdd.getNumPartitions() == 2
+    per_task = df.rdd.mapPartitions(lambda rows: [sorted({(r.partition, r.offset) for r in rows})]).collect()
+    assert sorted(len(t) for t in per_task) == [18, 18]  # a whole partition and half of one each
+    halves = [[p for p in range(3) if sum(1 for q, _ in t if q == p) == 6] for t in per_task]
+    assert len(halves[0]) == 1 and halves[0] == halves[1]  # the cut partition, half in each task
     assert offsets_of(df) == {p: list(range(12)) for p in range(3)}
     assert ks.await_commit(df, 30) == {(unique_topic, p): 12 for p in range(3)}
-    # minPartitions=1: Spark's layout, a task per partition; fewer offsets than the minimum: kept
+    # minPartitions=1: Spark's layout, a task per partition
     assert ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, minPartitions=1)).rdd.getNumPartitions() == 3
+    # fewer offsets than the minimum part: no cut, still one task per core (two partitions and one)
     monkeypatch.setattr(planner, "BALANCE_MIN_PART_OFFSETS", 100_000)
-    assert ks.read_kafka(spark, reader=reader, **options(peer, unique_topic)).rdd.getNumPartitions() == 3
+    df = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic))
+    assert df.rdd.getNumPartitions() == 2
+    assert sorted(df.rdd.mapPartitions(lambda rows: [sum(1 for _ in rows)]).collect()) == [12, 24]
+    assert offsets_of(df) == {p: list(range(12)) for p in range(3)}
 
 
 # --- commitToGroup: only what a successful action read in full -----------------------------------
@@ -324,7 +331,7 @@ def test_failed_actions_commit_nothing(spark, peer, unique_topic, reader):
 
 @pytest.mark.parametrize("reader", READERS)
 def test_balanced_parts_commit_nothing_when_one_part_fails(spark, peer, unique_topic, reader, monkeypatch):
-    """Partition 0 read as two parts (three partitions evened out over local[2]): a task
+    """Partition 0 read as two parts (three partitions evened out over local[2], in two tasks): a task
     failing in the second part, after the first part and the other partitions were read to
     their ends, commits nothing -- not partition 0 up to the cut either; a partial action
     commits nothing; a full read then commits every partition's end."""
@@ -334,8 +341,9 @@ def test_balanced_parts_commit_nothing_when_one_part_fails(spark, peer, unique_t
     group = unique_topic + "-g"
     df = commit_frame(spark, peer, unique_topic, group, reader, partitions=3, per=12)
     plain = ks.read_kafka(spark, reader=reader, **options(peer, unique_topic, startingOffsets="earliest"))
-    parts = sorted(plain.rdd.mapPartitions(lambda rows: [sorted({(r.partition, r.offset) for r in rows})]).collect())
-    assert len(parts) == 4 and [(0, o) for o in range(6)] in parts  # partition 0: [0, 6) and [6, 12)
+    tasks = plain.rdd.mapPartitions(lambda rows: [sorted({(r.partition, r.offset) for r in rows})]).collect()
+    halves = sorted([o for p, o in t if p == 0] for t in tasks)  # four parts packed two per task:
+    assert len(tasks) == 2 and halves == [list(range(6)), list(range(6, 12))]  # [0, 6) and [6, 12) apart
 
     def fail(partition, offset):
         if partition == 0 and offset == 9:

@@ -274,6 +274,21 @@ def test_balance_ranges_makes_whole_rounds_of_tasks():
     assert P.balance_ranges([], 2) == []
 
 
+def test_batch_layout_packs_one_task_per_core_only_when_asked():
+    three = [P.OffsetRange("t", p, 0, 1_000_000) for p in range(3)]
+    ranges, pack = P.batch_layout(three, 2, pack=True)  # four even parts, then two tasks
+    assert pack == 2 and sorted(p.size for p in ranges) == [500_000, 500_000, 1_000_000, 1_000_000]
+    assert sorted(sum(r.size for r in g) for g in P.task_groups(ranges, pack)) == [1_500_000, 1_500_000]
+    assert P.batch_layout(three, 2, pack=False) == (ranges, None)  # a cluster: Spark's tasks, balanced
+    assert P.batch_layout(three, 3, pack=True) == (three, None)  # a task per core already
+    assert P.batch_layout(three, 4, pack=True)[1] is None  # fewer parts than cores: nothing to pack
+    small = [P.OffsetRange("t", p, 0, 1000) for p in range(5)] + [P.OffsetRange("t", 7, 3, 3)]
+    ranges, pack = P.batch_layout(small, 2, pack=True)  # too small to cut; five non-empty ranges
+    assert ranges == small and pack == 2
+    assert sorted(sum(r.size for r in g) for g in P.task_groups(ranges, pack)) == [2000, 3000]
+    assert P.batch_layout(small[:2] + small[5:], 2, pack=True) == (small[:2] + small[5:], None)  # empties do not count
+
+
 def test_pack_ranges_into_fewer_tasks():
     ranges = [P.OffsetRange("t", p, 0, n) for p, n in enumerate([20, 18, 16, 14, 12, 0])]
     groups = P.pack_ranges(ranges, 2)

@@ -30,7 +30,7 @@ from .commit import PendingCommit, RangeReport, commit_after_full_read, progress
 from .executors import check_executors, guarded
 from .offset_reader import OffsetReader, lookup_topic_ids
 from .options import SourceOptions, parse_options
-from .planner import OffsetRange, Plan, balance_ranges, task_groups
+from .planner import OffsetRange, Plan, batch_layout, task_groups
 from .reader import ReadSettings, _as_range, read_range_arrow, read_range_rows
 from .schema import kafka_schema
 
@@ -232,7 +232,7 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
     if reader == "auto":
         reader = ("mapInArrow" if _have("pyarrow") and _have("pandas")
                   else "datasource" if _data_source_available(spark) else "rows")
-    plan, settings, progress = _plan_batch(spark, opts, guarded_tasks=reader == "mapInArrow")
+    plan, opts, settings, progress = _plan_batch(spark, opts, guarded_tasks=reader == "mapInArrow")
     schema = kafka_schema(opts.include_headers)
     sc = spark.sparkContext
     if reader == "datasource":
@@ -241,8 +241,10 @@ def read_kafka(spark: SparkSession, *, reader: str = "auto", **options: Any) -> 
         register_once(spark)
         source = spark.read.format("kwire")
         for k, v in options.items():  # what reading the planned ranges needs
-            if k.lower() not in _PLANNING_ONLY and v is not None:
+            if k.lower() not in _PLANNING_ONLY | {"maxpartitions"} and v is not None:
                 source = source.option(k, _option_text(v))
+        if opts.max_partitions is not None:  # given, or the layout packs the ranges
+            source = source.option("maxPartitions", str(opts.max_partitions))
         rows = [_range_tuple(r) for r in plan.ranges]
         source = source.option(PLANNED_RANGES_OPTION, json.dumps(rows))
         if progress is not None:
@@ -395,24 +397,28 @@ def _struct(fields: list[Any]) -> StructType:
 
 
 def _plan_batch(spark: SparkSession, opts: SourceOptions, *, guarded_tasks: bool
-                ) -> tuple[Plan, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
-    """Plan a batch read on the driver: (plan, executor settings, progress accumulator or
-    None -- with commitToGroup, the read tasks report each range they read to its end).
-    ``guarded_tasks``: the read tasks will be :func:`~kwire.spark.executors.guarded` (no
-    executor check job unless asked for)."""
+                ) -> tuple[Plan, SourceOptions, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
+    """Plan a batch read on the driver: (plan, the options with the layout chosen --
+    ``max_partitions`` set when the ranges are packed --, executor settings, progress
+    accumulator or None -- with commitToGroup, the read tasks report each range they read to
+    its end).  ``guarded_tasks``: the read tasks will be
+    :func:`~kwire.spark.executors.guarded` (no executor check job unless asked for)."""
     with OffsetReader(opts) as offsets:
         plan, _ = offsets.plan_batch()
     if opts.min_partitions is None and opts.max_records_per_partition is None and opts.max_partitions is None:
-        # no layout asked for: even out the tasks over the cores (minPartitions=1 keeps
-        # Spark's one task per partition)
-        plan = dataclasses.replace(plan, ranges=balance_ranges(plan.ranges, spark.sparkContext.defaultParallelism))
+        # no layout asked for: even out the tasks over the cores, one task per core where the
+        # cores are known (minPartitions=1 keeps Spark's one task per partition)
+        sc = spark.sparkContext
+        ranges, pack = batch_layout(plan.ranges, sc.defaultParallelism, pack=(sc.master or "").startswith("local"))
+        plan = dataclasses.replace(plan, ranges=ranges)
+        opts = dataclasses.replace(opts, max_partitions=pack)
     check_executors(spark, guarded_tasks=guarded_tasks)
     settings = ReadSettings.from_options(opts)
     progress = None
     if opts.commit_group:
         progress = spark.sparkContext.accumulator(frozenset(), progress_param())
         settings = dataclasses.replace(settings, progress=progress)
-    return plan, settings, progress
+    return plan, opts, settings, progress
 
 
 def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType | str, *,
@@ -433,7 +439,7 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
     commits nothing).  Needs pyarrow and pandas (as ``mapInArrow`` does).
     """
     opts = parse_options(options, streaming=False)
-    plan, settings, progress = _plan_batch(spark, opts, guarded_tasks=True)
+    plan, opts, settings, progress = _plan_batch(spark, opts, guarded_tasks=True)
     groups = task_groups(plan.ranges, opts.max_partitions)
     if columns is not None:
         columns = tuple(columns)

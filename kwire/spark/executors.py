@@ -120,12 +120,11 @@ def _run_probe(spark_or_sc: Any, tasks: int) -> list[tuple[Any, ...]]:
 def _check_setting(spark_or_sc: Any, sc: Any) -> str:
     """``spark.kwire.checkExecutors`` as "auto", "true" or "false": the session's conf (given a
     SparkContext, the active session's), else the application's."""
-    value = None
     session = spark_or_sc if spark_or_sc is not sc else _active_session()
-    if session is not None:
-        value = session.conf.get(CHECK_CONF, None)
-    if value is None:
-        value = sc.getConf().get(CHECK_CONF, "auto")
+    if session is not None:  # (a session's conf holds the application's too)
+        value = session.conf.get(CHECK_CONF, "auto")
+    else:  # the context's own conf: getConf() would copy it, a JVM call per entry
+        value = sc._jsc.sc().conf().get(CHECK_CONF, "auto")
     text = str(value).strip().lower()
     if text in ("false", "0", "no", "off"):
         return "false"

@@ -50,9 +50,11 @@ kwire's own:
   (``defaultParallelism``): when the partitions are not a multiple of the cores, the largest
   ranges are cut so the parts are, none below 500,000 offsets
   (:func:`kwire.spark.planner.balance_ranges`).  Three partitions on two cores read as four
-  parts, not as two tasks and then one task alone.  ``minPartitions=1`` keeps Spark's layout
-  (a task per topic partition); ``spark.read.format("kwire")`` plans without knowing the cores
-  and keeps it too.
+  parts, not as two tasks and then one task alone.  In local mode, where the cores are known,
+  more parts than cores are then packed into one task per core, as ``maxPartitions`` does
+  (:func:`kwire.spark.planner.batch_layout`): four partitions on ``local[2]`` read as two
+  tasks.  ``minPartitions=1`` keeps Spark's layout (a task per topic partition);
+  ``spark.read.format("kwire")`` plans without knowing the cores and keeps it too.
 * ``commitToGroup=<group.id>`` commits the end offsets of what was read to that group once the
   Spark job succeeded (streaming: after each micro-batch).  It is the "simple" commit, with no
   group membership (generation -1), which brokers accept while the group has no active members.
