@@ -956,6 +956,55 @@ def test_map_kafka_arrow_hands_the_read_batches_to_the_function(spark, any_kafka
                            **options(peer, unique_topic))
 
 
+def _biggest_batch(batches):
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"biggest": [max((b.num_rows for b in batches), default=0)]},
+                                     schema=pa.schema([("biggest", pa.int64())]))
+
+
+def test_map_kafka_arrow_collects_in_its_read_tasks(spark, peer, unique_topic, monkeypatch):
+    """map_kafka_arrow's DataFrame (no commitToGroup) collects plain columns as a Python RDD
+    job -- no Spark SQL query -- with exactly Spark's rows; its function keeps kwire's batches
+    (not cut to maxRecordsPerBatch); other schemas and other actions are Spark's."""
+    from pyspark.sql import functions as F
+
+    from kwire.spark import dataframe
+    from kwire.spark.frame import KafkaArrowFrame
+
+    create(peer, unique_topic, 2)
+    produce(peer, unique_topic, [(i % 2, None, None if i % 9 == 4 else b"v%d" % i, None) for i in range(400)])
+    ran = []
+    real = dataframe.collect_in_tasks
+    monkeypatch.setattr(dataframe, "collect_in_tasks", lambda *a: ran.append(real(*a)) or ran[-1])
+    opts = options(peer, unique_topic)
+    fused = ks.map_kafka_arrow(spark, _plain_columns, _PLAIN_DDL, columns=["offset", "value"], **opts)
+    assert isinstance(fused, KafkaArrowFrame)
+    got = fused.collect()
+    assert ran[-1] is not None and fused.__dict__.get("_kwire_jdf") is None  # no Spark SQL query ran
+    want = ks.map_kafka_arrow(spark, _plain_columns, _PLAIN_DDL, columns=["offset", "value"], **opts
+                              ).filter(F.lit(True)).collect()  # Spark's own collect
+    assert ran[-1] is not None and len(got) == 400
+    assert sorted(map(repr, got)) == sorted(map(repr, want))
+    types = sorted(repr([type(v) for v in r]) for r in got)
+    assert types == sorted(repr([type(v) for v in r]) for r in want)
+    before = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    try:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")
+        sizes = ks.map_kafka_arrow(spark, _biggest_batch, "biggest long", columns=["offset"], **opts)
+        assert max(r.biggest for r in sizes.collect()) == 200  # a partition's records in one batch
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", before)
+    assert fused.count() == 400  # Spark's count of the function's rows
+    with pytest.raises(Exception, match="notatype|PARSE|DATATYPE"):  # a bad schema fails at once
+        ks.map_kafka_arrow(spark, _plain_columns, "a notatype", **opts)
+    committing = ks.map_kafka_arrow(spark, _plain_columns, _PLAIN_DDL, columns=["offset", "value"],
+                                    **options(peer, unique_topic, commitToGroup=unique_topic + "-g"))
+    assert not isinstance(committing, KafkaArrowFrame)  # the commit watches Spark's query
+    assert len(committing.collect()) == 400 and ks.await_commit(committing, 30) == {
+        (unique_topic, 0): 200, (unique_topic, 1): 200}
+
+
 def _what_the_function_sees(batches):
     """(Arrow schema, largest batch, batches, every row as a tuple) of what mapInArrow got."""
     import pyarrow as pa

@@ -319,9 +319,10 @@ def _collect_described(rdd: RDD[Any], description: str) -> list[Any]:
         sc.setLocalProperty("spark.job.description", before)  # type: ignore[arg-type]  # None unsets
 
 
-def fused_task(read: FusedRead, func: ArrowFunction, layout: ArrowBatchLayout) -> _FusedArrowTaskGroups:
+def fused_task(read: FusedRead, func: ArrowFunction, layout: ArrowBatchLayout | None) -> _FusedArrowTaskGroups:
     """The read tasks of ``mapInArrow(func, schema)`` over a
-    :class:`~kwire.spark.frame.KafkaDataFrame`: ``func`` gets the batches in ``layout``."""
+    :class:`~kwire.spark.frame.KafkaDataFrame`: ``func`` gets the batches in ``layout`` (None:
+    as kwire reads them, :func:`map_kafka_arrow`)."""
     return _FusedArrowTaskGroups(read.settings, read.groups, func, read.columns, layout)
 
 
@@ -437,6 +438,10 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
     sample ...), and ``func`` took every batch of every planned range (the tasks report a
     range once ``func`` has pulled its last batch: a ``func`` that stops early, or fails,
     commits nothing).  Needs pyarrow and pandas (as ``mapInArrow`` does).
+
+    Without ``commitToGroup`` (on a classic session) the DataFrame is a
+    :class:`~kwire.spark.frame.KafkaArrowFrame`: its ``collect()`` of plain columns is a
+    Python RDD job over the read tasks, not a Spark SQL query.
     """
     opts = parse_options(options, streaming=False)
     plan, opts, settings, progress = _plan_batch(spark, opts, guarded_tasks=True)
@@ -447,10 +452,17 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
         if unknown:
             raise ConfigError(f"map_kafka_arrow: no column(s) {', '.join(sorted(unknown))} in "
                               "Spark's Kafka schema")
-    df = over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
-    if opts.commit_group:
-        df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
-    return df
+    if opts.commit_group or not _classic(spark):
+        df = over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
+        if opts.commit_group:
+            df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
+        return df
+    from .frame import FusedRead, KafkaArrowFrame, _parsed_ddl, plain_ddl_struct
+
+    if isinstance(schema, str):  # parsed now, as Spark's mapInArrow does: a bad DDL fails here
+        schema = plain_ddl_struct(schema) or _parsed_ddl(schema)
+    read = FusedRead(settings, groups, columns)
+    return KafkaArrowFrame(spark, read, read_schema(read), func, schema, spark_batches=False)
 
 
 def _rdd_settings(config: Mapping[str, Any], include_headers: bool, fail_on_data_loss: bool,

@@ -154,20 +154,21 @@ class KafkaArrowFrame(_LazyJava):
     job to Spark's own ``collect`` (which then runs ``func`` again, and fails as Spark does)."""
 
     def __init__(self, spark: SparkSession, read: FusedRead, read_schema: StructType, func: ArrowFunction,
-                 schema: StructType):
+                 schema: StructType, *, spark_batches: bool = True):
         self._kwire_read = read
         self._kwire_read_schema = read_schema
         self._kwire_func = func
         self._kwire_declared = schema
+        self._kwire_spark_batches = spark_batches  # False: kwire's own batches (map_kafka_arrow)
         super().__init__(spark)
 
     def _kwire_task(self) -> Any:
         """The read tasks, handing ``func`` the batches as the session's confs say now (Spark
-        reads them when a query runs, not when it is defined)."""
+        reads them when a query runs, not when it is defined), or as kwire reads them."""
         from .dataframe import fused_task
 
-        return fused_task(self._kwire_read, self._kwire_func,
-                          arrow_batch_layout(self.sparkSession, self._kwire_read_schema))
+        layout = arrow_batch_layout(self.sparkSession, self._kwire_read_schema) if self._kwire_spark_batches else None
+        return fused_task(self._kwire_read, self._kwire_func, layout)
 
     def _kwire_make(self) -> DataFrame:
         from .dataframe import over_task_groups
