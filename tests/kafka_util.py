@@ -16,7 +16,11 @@ kafka_clusters: list[KafkaCluster] = []
 # Group timings for a test run: Kafka refuses session timeouts under
 # group.min.session.timeout.ms (6 s by default) with INVALID_SESSION_TIMEOUT, and the KIP-848
 # defaults (45 s session, 5 s heartbeat) would make every membership change take seconds.
+# No retention by time: tests stamp records in 2023 (tests/confluent_programs.py and others),
+# past the default 7 days, and the broker's sweep (every 5 minutes) deleted them between a
+# test's produce and its consume.  Topics that test retention set retention.ms themselves.
 KAFKA_TEST_PROPERTIES = {
+    "log.retention.ms": "-1",
     "group.min.session.timeout.ms": "1000",
     "group.consumer.min.session.timeout.ms": "1000",
     "group.consumer.session.timeout.ms": "6000",

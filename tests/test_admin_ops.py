@@ -92,29 +92,30 @@ def _configs_when(admin, key, ok, timeout_s=15.0):
 
 def test_describe_and_incrementally_alter_configs(admin, unique_topic, kafka):
     admin.create_topics([(unique_topic, 1, 1)], wait_for_leaders=True)
+    # (segment.ms: a setting the test brokers leave at Kafka's default; they set retention.ms)
     res = admin.describe_configs([(RESOURCE_TOPIC, unique_topic)])
-    entry = res[(RESOURCE_TOPIC, unique_topic)]["retention.ms"]
+    entry = res[(RESOURCE_TOPIC, unique_topic)]["segment.ms"]
     assert entry.is_default and entry.source == 5 and entry.value == "604800000"
     key = (RESOURCE_TOPIC, unique_topic)
-    assert admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 3600000),
+    assert admin.incremental_alter_configs({key: [("segment.ms", OP_SET, 3600000),
                                                   ("cleanup.policy", OP_SET, "compact")]}) == {key: None}
     cfg = _configs_when(admin, key, lambda c: c["cleanup.policy"].value == "compact")
-    assert (cfg["retention.ms"].value, cfg["retention.ms"].source, cfg["retention.ms"].is_default) == \
+    assert (cfg["segment.ms"].value, cfg["segment.ms"].source, cfg["segment.ms"].is_default) == \
         ("3600000", 1, False)
     assert cfg["cleanup.policy"].value == "compact"
     # only what was named changes; DELETE returns a property to its default
-    assert admin.incremental_alter_configs({key: [("retention.ms", OP_DELETE, None)]}) == {key: None}
-    cfg = _configs_when(admin, key, lambda c: c["retention.ms"].is_default)
-    assert cfg["retention.ms"].is_default and cfg["cleanup.policy"].value == "compact"
+    assert admin.incremental_alter_configs({key: [("segment.ms", OP_DELETE, None)]}) == {key: None}
+    cfg = _configs_when(admin, key, lambda c: c["segment.ms"].is_default)
+    assert cfg["segment.ms"].is_default and cfg["cleanup.policy"].value == "compact"
     # validate_only changes nothing; a bad value is the broker's typed error
-    admin.incremental_alter_configs({key: [("retention.ms", OP_SET, 1)]}, validate_only=True)
-    assert admin.describe_configs([key])[key]["retention.ms"].is_default
-    res = admin.incremental_alter_configs({key: [("retention.ms", OP_SET, "soon")]}, raise_on_error=False)
+    admin.incremental_alter_configs({key: [("segment.ms", OP_SET, 1)]}, validate_only=True)
+    assert admin.describe_configs([key])[key]["segment.ms"].is_default
+    res = admin.incremental_alter_configs({key: [("segment.ms", OP_SET, "soon")]}, raise_on_error=False)
     assert isinstance(res[key], KwireError) and res[key].name == "INVALID_CONFIG"
     # AlterConfigs (deprecated) replaces the whole configuration: cleanup.policy returns to default
-    assert admin.alter_configs({key: {"retention.ms": 7200000}}) == {key: None}
-    cfg = _configs_when(admin, key, lambda c: c["retention.ms"].value == "7200000")
-    assert cfg["retention.ms"].value == "7200000" and cfg["cleanup.policy"].is_default
+    assert admin.alter_configs({key: {"segment.ms": 7200000}}) == {key: None}
+    cfg = _configs_when(admin, key, lambda c: c["segment.ms"].value == "7200000")
+    assert cfg["segment.ms"].value == "7200000" and cfg["cleanup.policy"].is_default
     # a broker's own configs, asked of that broker
     broker_id = str(next(iter(admin.list_topics().brokers)))
     bcfg = admin.describe_configs([(RESOURCE_BROKER, broker_id)], include_synonyms=True)

@@ -50,11 +50,11 @@ def admin_program(ck, bootstrap, topic, group):
     _wait(lambda: len(a.list_topics(topic, 10).topics[topic].partitions) == 3, "partitions")
     seen["shrink"] = [_outcome(f) for f in a.create_partitions([adm.NewPartitions(topic, 2)]).values()]
 
-    # configs
+    # configs (segment.ms: a setting the test brokers leave at Kafka's default; they set retention.ms)
     res = adm.ConfigResource(adm.ResourceType.TOPIC, topic)
     bad = adm.ConfigResource("topic", missing_topic)
 
-    def described(r, names=("retention.ms", "cleanup.policy", "min.insync.replicas")):
+    def described(r, names=("segment.ms", "cleanup.policy", "min.insync.replicas")):
         (k, f), = a.describe_configs([r]).items()
         assert k == r
         kind, out = _outcome(f)
@@ -67,28 +67,28 @@ def admin_program(ck, bootstrap, topic, group):
     seen["config"] = described(res)
     seen["config_missing"] = described(bad)
     change = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
-        adm.ConfigEntry("retention.ms", "3600000", incremental_operation=adm.AlterConfigOpType.SET),
+        adm.ConfigEntry("segment.ms", "3600000", incremental_operation=adm.AlterConfigOpType.SET),
         adm.ConfigEntry("cleanup.policy", "compact", incremental_operation=adm.AlterConfigOpType.SET)])
     seen["alter"] = [_outcome(f) for f in a.incremental_alter_configs([change]).values()]
     # (a describe right after an alter may still see the old values: KRaft brokers apply a
     # config change when the metadata record reaches them -- wait for it, either module)
-    _wait(lambda: described(res)[1]["retention.ms"][0] == "3600000", "the alter applied")
+    _wait(lambda: described(res)[1]["segment.ms"][0] == "3600000", "the alter applied")
     seen["config_after"] = described(res)
     reset = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
-        adm.ConfigEntry("retention.ms", None, incremental_operation=adm.AlterConfigOpType.DELETE),
+        adm.ConfigEntry("segment.ms", None, incremental_operation=adm.AlterConfigOpType.DELETE),
         adm.ConfigEntry("cleanup.policy", None, incremental_operation=adm.AlterConfigOpType.DELETE)])
     seen["reset"] = [_outcome(f) for f in a.incremental_alter_configs([reset]).values()]
-    _wait(lambda: described(res)[1]["retention.ms"][2], "the reset applied")  # is_default
+    _wait(lambda: described(res)[1]["segment.ms"][2], "the reset applied")  # is_default
     seen["config_reset"] = described(res)
-    whole = adm.ConfigResource(adm.ResourceType.TOPIC, topic, set_config={"retention.ms": "7200000"})
+    whole = adm.ConfigResource(adm.ResourceType.TOPIC, topic, set_config={"segment.ms": "7200000"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         futs = a.alter_configs([whole])
     seen["alter_whole"] = ([w.category.__name__ for w in caught], [_outcome(f) for f in futs.values()])
-    _wait(lambda: described(res)[1]["retention.ms"][0] == "7200000", "the whole alter applied")
+    _wait(lambda: described(res)[1]["segment.ms"][0] == "7200000", "the whole alter applied")
     seen["config_whole"] = described(res)
     worse = adm.ConfigResource(adm.ResourceType.TOPIC, topic, incremental_configs=[
-        adm.ConfigEntry("retention.ms", "soon", incremental_operation=adm.AlterConfigOpType.SET)])
+        adm.ConfigEntry("segment.ms", "soon", incremental_operation=adm.AlterConfigOpType.SET)])
     seen["alter_bad"] = [_outcome(f) for f in a.incremental_alter_configs([worse]).values()]
 
     # records, then a group member
@@ -203,9 +203,9 @@ def test_admin_program_same_as_confluent_kafka(kafka, unique_topic):
         assert ours[key] == real[key], key
     # and what they saw is what happened
     assert ours["grow"] == [(True, ("ok", None))] and ours["shrink"] == [("error", "INVALID_PARTITIONS")]
-    assert ours["config_after"][1]["retention.ms"][:3] == ("3600000", 1, False)
-    assert ours["config_reset"][1]["retention.ms"][2] is True
-    assert ours["config_whole"][1]["retention.ms"][0] == "7200000"
+    assert ours["config_after"][1]["segment.ms"][:3] == ("3600000", 1, False)
+    assert ours["config_reset"][1]["segment.ms"][2] is True
+    assert ours["config_whole"][1]["segment.ms"][0] == "7200000"
     assert ours["describe_active"][1][2] == "STABLE" and ours["delete_active"] == [("error", "NON_EMPTY_GROUP")]
     assert ours["offsets"][1][1] == [(True, 0, 4, None), (True, 1, 3, None)]
     assert ours["list_offsets_ts"][(True, 0)][1][0] == 2

@@ -424,6 +424,25 @@ def test_retention_below_the_committed_offset_with_reset_error_raises(kafka_rete
         assert c.committed([TopicPartition(t, 0)], timeout=10)[0].offset == 3
 
 
+def test_test_brokers_keep_records_stamped_long_ago(kafka_retention, unique_topic):
+    """The test brokers keep records whatever their timestamps (kafka_util.KAFKA_TEST_PROPERTIES:
+    log.retention.ms=-1).  Many tests stamp theirs in 2023 (tests/confluent_programs.py), past
+    Kafka's default 7 days: a retention sweep (every 5 minutes on the session's broker) between
+    a test's produce and its consume emptied the log under it -- a consumer at offset 5 got
+    OFFSET_OUT_OF_RANGE, reset to the new log start (10) and read nothing."""
+    t, swept = unique_topic, unique_topic + "-swept"
+    new_topic(kafka_retention, t)
+    new_topic(kafka_retention, swept, **{"retention.ms": "60000"})
+    old = 1_700_000_000_000
+    produce(kafka_retention, t, [(0, b"k%d" % i, b"v%d" % i, old + i) for i in range(10)])
+    # a topic with a retention of its own shows sweeps happening: two deletions after the
+    # produce above, so that a whole sweep ran after it (sweeps do not overlap)
+    for n in (10, 20):
+        produce(kafka_retention, swept, [(0, b"k", b"v", old)] * 10)
+        wait_for(f"retention to delete {swept} below {n}", lambda n=n: watermarks(kafka_retention, swept) == (n, n))
+    assert watermarks(kafka_retention, t) == (0, 10)
+
+
 # --- Spark with the log start moved above the planned start (DeleteRecords) ------------------------
 
 # raised in an executor, a DataLossError reaches the driver inside Spark's exception

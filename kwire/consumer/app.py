@@ -34,6 +34,7 @@ from .channel import (
     GroupEvent,
     PartitionEOF,
     SeekDone,
+    moves_position,
 )
 from .driver import Driver
 from .fetch_buffer import ChunkDecoder, FetchedChunk
@@ -218,6 +219,18 @@ class AppThread:
             self._dirty.discard(tp)
             self._drop_current(tp)
         self._ch.consumed_ver += 1
+
+    def _moving(self, parts: Iterable[tuple[str, int, int | None, int | None]]) -> None:
+        """assign() gives partitions assigned already a new position (inside on_assign: the
+        group's partitions): as for seek(), what was fetched before is dropped until the
+        driver's SeekDone names the fence of the new position."""
+        for t, p, offset, _ in parts:
+            tp = (t, p)
+            if tp in self._assigned and moves_position(offset):
+                self._drop_current(tp)
+                self._fence[tp] = _INF
+                self._pending_seeks[tp] = self._pending_seeks.get(tp, 0) + 1
+                self._pos.pop(tp, None)  # (position() asks the driver until a record comes)
 
     def _adopt(self, fences: dict[Any, int]) -> None:
         for tp, f in fences.items():

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import KafkaTimeoutError
 from .fetch_buffer import FetchedChunk
-from .types import AssignPartitions, LosePartitions, RevokePartitions
+from .types import OFFSET_BEGINNING, OFFSET_END, AssignPartitions, LosePartitions, RevokePartitions
 
 CLOSE_TIMEOUT_MS = 15000
 
@@ -38,6 +38,15 @@ class Future:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+def moves_position(offset: int | None) -> bool:
+    """Whether an offset given with a partition to assign() sets where it is fetched from (an
+    offset, OFFSET_BEGINNING or OFFSET_END) rather than leaving that to the committed offset or
+    auto.offset.reset (None, OFFSET_INVALID, OFFSET_STORED).  Both threads decide with this
+    which partitions an Assign moves: the application raises their fences before it posts the
+    command, the driver answers each with a SeekDone."""
+    return offset is not None and (offset >= 0 or offset in (OFFSET_BEGINNING, OFFSET_END))
 
 
 # --- commands: application -> driver ---------------------------------------------------------------

@@ -215,11 +215,13 @@ class Consumer(OffsetCalls):
         """Manual assignment (or, inside on_assign, the starting offsets of the assignment)."""
         self._check_open()
         parts = [(tp.topic, tp.partition, tp.offset, tp.leader_epoch) for tp in _tps(partitions)]
+        self._moving(parts)
         self._call(Assign, parts, False)
 
     def incremental_assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
         parts = [(tp.topic, tp.partition, tp.offset, tp.leader_epoch) for tp in _tps(partitions)]
+        self._moving(parts)
         self._call(Assign, parts, True)
 
     def unassign(self) -> None:

@@ -32,12 +32,13 @@ from .channel import (
     Unassign,
     Unsubscribe,
     Watermarks,
+    moves_position,
 )
 from .coordinator import GroupCoordinator
 from .fetcher import Fetcher
 from .offsets import PositionManager
 from .subscription import FetchState, ResetStrategy, SubscriptionState
-from .types import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED, ErrorAction
+from .types import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, ErrorAction
 
 
 class CommandHandlers:
@@ -140,10 +141,11 @@ class CommandHandlers:
         parts = cmd.parts
         tps = [(t, p) for t, p, _, _ in parts]
         if subs.is_auto:
-            # inside on_assign: the group decided the partitions; apply the offsets given
+            # inside on_assign: the group decided the partitions; apply the offsets given.  A
+            # partition moved is a seek: records fetched before it (the driver may have reset
+            # and fetched it while on_assign waited its turn) must not reach the application.
             for t, p, off, ep in parts:
-                if (t, p) in subs:
-                    self._apply_offset((t, p), off, ep)
+                self._moved((t, p), off, ep)
             cmd.fut.set(None)
             return
         old = set(subs.assigned())
@@ -151,24 +153,33 @@ class CommandHandlers:
         subs.assign_manual(new)
         self._md.add_topics({t for t, _ in new})
         for t, p, off, ep in parts:
-            self._apply_offset((t, p), off, ep)
+            if (t, p) in old:
+                self._moved((t, p), off, ep)  # assigned already: as a seek
+            else:
+                self._apply_offset((t, p), off, ep)
         added = {tp: subs.state(tp).created_fence for tp in new if tp not in old}
         removed = [tp for tp in old if tp not in set(new)]
         self._push(AssignmentChanged(added, removed))
         cmd.fut.set(None)
 
-    def _apply_offset(self, tp: TP, offset: int | None, leader_epoch: int | None) -> None:
-        st = self._subs.get(tp)
-        if st is None:
-            return
-        if offset is None or offset in (OFFSET_INVALID, OFFSET_STORED):
-            return  # committed offset (or the reset policy) decides
+    def _moved(self, tp: TP, offset: int | None, leader_epoch: int | None) -> None:
+        """An assigned partition's new position from assign(): a SeekDone with its new fence
+        follows, for the application raised its fence when it asked (see moves_position)."""
+        if self._apply_offset(tp, offset, leader_epoch):
+            self._push(SeekDone(tp, self._subs.state(tp).fence))
+
+    def _apply_offset(self, tp: TP, offset: int | None, leader_epoch: int | None) -> bool:
+        """Position ``tp`` as given; True if it moved (else the committed offset or the reset
+        policy decides)."""
+        if tp not in self._subs or offset is None or not moves_position(offset):
+            return False
         if offset == OFFSET_BEGINNING:
             self._subs.request_reset(tp, ResetStrategy.EARLIEST)
         elif offset == OFFSET_END:
             self._subs.request_reset(tp, ResetStrategy.LATEST)
-        elif offset >= 0:
+        else:
             self._subs.seek(tp, offset, leader_epoch)
+        return True
 
     def _unassign(self, cmd: Unassign) -> None:
         subs = self._subs

@@ -10,6 +10,7 @@ import pytest
 from kwire.config import parse_config
 from kwire.consumer.channel import (
     AckRevoke,
+    Assign,
     Channel,
     Close,
     Commit,
@@ -22,11 +23,18 @@ from kwire.consumer.channel import (
     Stop,
     Subscribe,
     Unassign,
+    moves_position,
 )
 from kwire.consumer.driver import Driver
 from kwire.consumer.fetch_buffer import HandBack
 from kwire.consumer.fetcher import FetchedChunk
-from kwire.consumer.types import AssignPartitions, CommitResult, OffsetAndMetadata, RevokePartitions
+from kwire.consumer.types import (
+    OFFSET_INVALID,
+    AssignPartitions,
+    CommitResult,
+    OffsetAndMetadata,
+    RevokePartitions,
+)
 from kwire.errors import KwireError
 
 from .fakes import Clock, FakeCluster, FakeNetwork
@@ -210,6 +218,33 @@ def test_seek_and_pause_move_the_fence(cluster):
     h.ch.cmds.append(Resume([("t", 1)]))
     h.run_until(lambda: len(h.records.get(("t", 1), ())) >= 3, max_turns=300)
     assert [v for _, v in h.records[("t", 1)]] == values(3, "after-pause"), h.records
+
+
+def test_offsets_given_in_on_assign_drop_what_was_fetched_before(cluster):
+    """assign() inside on_assign (subscribed: the group chose the partitions) says where they
+    start.  When the driver had reset them already (no committed offset) and fetched, those
+    records are of a position that no longer holds: the driver answers each partition it moved
+    with a SeekDone, as for seek(), and the application -- which raised the partition's fence
+    when it asked (Consumer.assign) -- drops them.  A partition given no offset keeps its own."""
+    for p in range(2):
+        cluster.append(("t", p), values(10, f"p{p}-"))
+    h = Harness(cluster)
+    h.call(Subscribe, ["t"])
+    # on_assign has not run yet (the application is busy): the driver resets both partitions
+    # to the earliest offset and fetches 0-9 of each
+    h.run_until(lambda: sum(type(i) is FetchedChunk for i in h.ch.q) == 2, chunks=False)
+    parts = [("t", 0, 5, None), ("t", 1, OFFSET_INVALID, None)]
+    for t, p, offset, _ in parts:  # (as Consumer.assign does before it posts the command)
+        if moves_position(offset):
+            h.fences[(t, p)] = 1 << 62
+    h.call(Assign, parts, False)
+    h.run_until(lambda: len(h.records.get(("t", 0), ())) >= 5 and len(h.records.get(("t", 1), ())) >= 10)
+    for _ in range(20):
+        h.turn()
+        h.take()
+    assert [o for o, _ in h.records[("t", 0)]] == list(range(5, 10))
+    assert [o for o, _ in h.records[("t", 1)]] == list(range(10))
+    assert [e.tp for e in h.events if type(e) is SeekDone] == [("t", 0)]
 
 
 def test_read_committed_drops_an_aborted_transaction_from_real_batches(cluster):

@@ -516,6 +516,28 @@ def test_seek_during_fetch_discards_stale_data(cluster):
     assert s.offsets(tp) == [8, 9]
 
 
+def test_answers_for_a_position_left_behind_leave_a_seek_alone(cluster):
+    """OFFSET_OUT_OF_RANGE resets only a partition still at the offset the Fetch was sent for
+    (as Kafka's Java consumer); a reset's ListOffsets answered after a seek() changes nothing
+    either.  Neither leaves the partition without a position."""
+    tp = ("t", 0)
+    fill(cluster, tp, 10)
+    s = Setup(cluster, max_wait=0)
+    s.assign([tp], start=50)  # past the end
+    s.driver.step()           # the Fetch from 50 went out; OFFSET_OUT_OF_RANGE is on its way
+    s.subs.seek(tp, 3)
+    s.run_until(lambda: s.subs.position(tp).offset == 10)
+    assert s.offsets(tp) == list(range(3, 10))
+    assert not [e for e in cluster.log if e[2] == "ListOffsets"]
+    s.chunks.clear()
+    s.subs.request_reset(tp)  # (earliest)
+    s.driver.step()           # its ListOffsets went out; offset 0 is on its way
+    s.subs.seek(tp, 6)
+    s.run_until(lambda: s.subs.position(tp).offset == 10)
+    assert s.offsets(tp) == [6, 7, 8, 9]
+    assert [e for e in cluster.log if e[2] == "ListOffsets"]
+
+
 # --- the header scan against real record sets ----------------------------------------------------
 
 def _batch(base, n, **kw):
