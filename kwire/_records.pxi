@@ -64,7 +64,7 @@ import time as _time
 import zlib as _zlib
 import cramjam as _cramjam
 import xxhash as _xxhash
-from crc32c import crc32c as _crc32c
+from kwire._crc import crc32c as _crc32c
 from kwire.errors import KwireError as _KwireError
 
 

@@ -19,7 +19,7 @@ ROOT = Path(kwire.__file__).parent
 
 # Lowest first.  A unit is a top-level module or package under kwire/ ("" is kwire/__init__).
 LAYERS: list[set[str]] = [
-    {"", "errors", "_plan"},                    # imports nothing from kwire
+    {"", "errors", "_plan", "_crc"},            # imports nothing from kwire (_crc: crc32c's function)
     {"_codec", "_pycodec", "config"},           # the codec twins; configuration (errors only)
     {"_impl"},                                  # picks a codec twin
     {"protocol", "records"},                    # messages and frames; the record layer

@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, SupportsIndex
 
 import cramjam
 import xxhash
-from crc32c import crc32c as _crc32c
 
+from .._crc import crc32c as _crc32c
 from ..errors import (
     CorruptRecordError,
     DecompressionLimitError,
