@@ -39,14 +39,21 @@ def _core_module() -> Any:
     return None
 
 
+_CHECK = (b"123456789", 0xE3069283)  # CRC-32C's check value
+
+
 def _load() -> Callable[..., int]:
-    if "crc32c" not in sys.modules:  # (imported already: nothing to save)
+    if "crc32c" not in sys.modules and "crc32c._crc32c" not in sys.modules:  # (else: nothing to save)
         try:
             core = _core_module()
-        except (ImportError, OSError):
-            core = None
-        if core is not None and callable(getattr(core, "crc32c", None)):
-            return core.crc32c  # type: ignore[no-any-return]
+            func = getattr(core, "crc32c", None)
+            if callable(func) and func(_CHECK[0]) == _CHECK[1]:
+                # registered, so a later "import crc32c" (the debugger's, the user's) finds
+                # it instead of initialising the extension a second time
+                sys.modules.setdefault("crc32c._crc32c", core)
+                return func  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - anything odd: the package's own import below
+            pass
     import crc32c as package
 
     return package.crc32c

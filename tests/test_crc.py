@@ -38,6 +38,8 @@ def test_the_codecs_import_no_crc32c_package_and_no_metadata_lookup():
         "assert 'crc32c' not in sys.modules, 'the crc32c package ran'\n"
         "assert 'importlib.metadata' not in sys.modules, 'importlib.metadata was imported'\n"
         "assert _crc.crc32c(b'123456789') == 0xE3069283\n"
+        "import crc32c\n"  # later, the package itself: the same extension, not a second one
+        "assert crc32c.crc32c is _crc.crc32c and crc32c.crc32c(b'123456789') == 0xE3069283\n"
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
@@ -51,5 +53,13 @@ def test_falls_back_to_the_package(monkeypatch):
     def broken():
         raise ImportError("no such extension")
     monkeypatch.setattr(_crc, "_core_module", broken)
+    assert _crc._load()(b"123456789") == 0xE3069283
+
+    class Odd:  # a future layout whose function is not CRC-32C
+        @staticmethod
+        def crc32c(data, value=0):
+            return 0
+    monkeypatch.setattr(_crc, "_core_module", lambda: Odd)
+    monkeypatch.delitem(sys.modules, "crc32c._crc32c", raising=False)
     assert _crc._load()(b"123456789") == 0xE3069283
 

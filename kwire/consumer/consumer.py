@@ -99,6 +99,22 @@ log = logging.getLogger("kwire.consumer")
 _WAKE_AFTER_BYTES = DECODE_AHEAD_BYTES // 2
 
 
+def _assign_parts(call: str, partitions: Iterable[TopicPartition]) -> list[tuple[str, int, int | None, int | None]]:
+    """(topic, partition, offset, leader epoch) of each partition, checked before anything
+    changes: an assign() that moves some partitions (their fences raised until the driver's
+    SeekDone) must not stop half-way on a bad value and leave the rest waiting for good."""
+    parts = []
+    for tp in _tps(partitions):
+        for name, value in (("partition", tp.partition), ("offset", tp.offset), ("leader_epoch", tp.leader_epoch)):
+            if not (isinstance(value, int) and not isinstance(value, bool)) and not (value is None and name != "partition"):
+                raise TypeError(f"{call}(): the {name} of {tp.topic!r} [{tp.partition}] must be an int, "
+                                f"not {type(value).__name__}")
+        if not isinstance(tp.topic, str):
+            raise TypeError(f"{call}(): a topic must be a str, not {type(tp.topic).__name__}")
+        parts.append((tp.topic, tp.partition, tp.offset, tp.leader_epoch))
+    return parts
+
+
 class Consumer(OffsetCalls):
     """A Kafka consumer with confluent-kafka's API (``poll`` returns kwire Records).
 
@@ -214,13 +230,13 @@ class Consumer(OffsetCalls):
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Manual assignment (or, inside on_assign, the starting offsets of the assignment)."""
         self._check_open()
-        parts = [(tp.topic, tp.partition, tp.offset, tp.leader_epoch) for tp in _tps(partitions)]
+        parts = _assign_parts("assign", partitions)
         self._moving(parts)
         self._call(Assign, parts, False)
 
     def incremental_assign(self, partitions: Iterable[TopicPartition]) -> None:
         self._check_open()
-        parts = [(tp.topic, tp.partition, tp.offset, tp.leader_epoch) for tp in _tps(partitions)]
+        parts = _assign_parts("incremental_assign", partitions)
         self._moving(parts)
         self._call(Assign, parts, True)
 

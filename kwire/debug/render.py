@@ -161,7 +161,7 @@ def _batch_header(raw: bytes, e: Entry) -> Entry:
     if e["magic"] == 2 and end - start >= _V2_HEADER.size:
         (base, length, leader_epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, epoch, seq,
          count) = _V2_HEADER.unpack_from(raw, start)
-        from crc32c import crc32c
+        from .._crc import crc32c
 
         actual = crc32c(raw[start + 21:end])
         return {"base_offset": base, "last_offset_delta": last_delta, "last_offset": base + last_delta,

@@ -21,6 +21,7 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -397,6 +398,12 @@ def _struct(fields: list[Any]) -> StructType:
     return StructType(fields)
 
 
+def _local_mode(master: str | None) -> bool:
+    """``local``, ``local[N]``, ``local[*]``, ``local[N, F]``: the cores are the driver's, all
+    there from the start (not ``local-cluster[...]``, whose executors register as on a cluster)."""
+    return re.fullmatch(r"local(\[[^\]]*\])?", (master or "").strip()) is not None
+
+
 def _plan_batch(spark: SparkSession, opts: SourceOptions, *, guarded_tasks: bool
                 ) -> tuple[Plan, SourceOptions, ReadSettings, Accumulator[frozenset[RangeReport]] | None]:
     """Plan a batch read on the driver: (plan, the options with the layout chosen --
@@ -410,7 +417,7 @@ def _plan_batch(spark: SparkSession, opts: SourceOptions, *, guarded_tasks: bool
         # no layout asked for: even out the tasks over the cores, one task per core where the
         # cores are known (minPartitions=1 keeps Spark's one task per partition)
         sc = spark.sparkContext
-        ranges, pack = batch_layout(plan.ranges, sc.defaultParallelism, pack=(sc.master or "").startswith("local"))
+        ranges, pack = batch_layout(plan.ranges, sc.defaultParallelism, pack=_local_mode(sc.master))
         plan = dataclasses.replace(plan, ranges=ranges)
         opts = dataclasses.replace(opts, max_partitions=pack)
     check_executors(spark, guarded_tasks=guarded_tasks)
@@ -452,17 +459,20 @@ def map_kafka_arrow(spark: SparkSession, func: ArrowFunction, schema: StructType
         if unknown:
             raise ConfigError(f"map_kafka_arrow: no column(s) {', '.join(sorted(unknown))} in "
                               "Spark's Kafka schema")
-    if opts.commit_group or not _classic(spark):
+    struct = None
+    if not opts.commit_group and _classic(spark):
+        from .frame import struct_schema
+
+        struct = struct_schema(schema)
+    if struct is None:  # Spark's query (the commit watches it; or a schema Spark must judge)
         df = over_task_groups(spark, _FusedArrowTaskGroups(settings, groups, func, columns), schema)
         if opts.commit_group:
             df = commit_after_full_read(spark, df, opts, plan.end, plan.ranges, progress, records=False)
         return df
-    from .frame import FusedRead, KafkaArrowFrame, _parsed_ddl, plain_ddl_struct
+    from .frame import FusedRead, KafkaArrowFrame
 
-    if isinstance(schema, str):  # parsed now, as Spark's mapInArrow does: a bad DDL fails here
-        schema = plain_ddl_struct(schema) or _parsed_ddl(schema)
     read = FusedRead(settings, groups, columns)
-    return KafkaArrowFrame(spark, read, read_schema(read), func, schema, spark_batches=False)
+    return KafkaArrowFrame(spark, read, read_schema(read), func, struct, spark_batches=False)
 
 
 def _rdd_settings(config: Mapping[str, Any], include_headers: bool, fail_on_data_loss: bool,

@@ -139,11 +139,10 @@ class KafkaDataFrame(_LazyJava):
 
     def mapInArrow(self, func: ArrowFunction, schema: StructType | str,  # noqa: N802 - PySpark's name
                    barrier: bool = False, profile: ResourceProfile | None = None) -> DataFrame:
-        if barrier or profile is not None or not self._fusing():
+        struct = None if barrier or profile is not None or not self._fusing() else struct_schema(schema)
+        if struct is None:
             return super().mapInArrow(func, schema, barrier, profile)
-        if isinstance(schema, str):  # parsed now, as Spark's mapInArrow does: a bad DDL fails here
-            schema = plain_ddl_struct(schema) or _parsed_ddl(schema)
-        return KafkaArrowFrame(self.sparkSession, self._kwire_read, self._kwire_schema(), func, schema)
+        return KafkaArrowFrame(self.sparkSession, self._kwire_read, self._kwire_schema(), func, struct)
 
 
 class KafkaArrowFrame(_LazyJava):
@@ -264,9 +263,13 @@ def plain_ddl_struct(ddl: str) -> StructType | None:
     return T.StructType(fields)
 
 
-def _parsed_ddl(ddl: str) -> StructType:
+def struct_schema(schema: StructType | str) -> StructType | None:
+    """``schema`` as a StructType, a DDL string parsed now (as Spark's ``mapInArrow`` parses
+    it: a bad one raises here); None when it is not a struct -- Spark's own ``mapInArrow``
+    then refuses it with its own error."""
     from pyspark.sql.types import StructType
 
-    parsed = StructType.fromDDL(ddl)  # Spark's parser (a JVM call; no query, no Java DataFrame)
-    assert isinstance(parsed, StructType)
-    return parsed
+    if not isinstance(schema, str):
+        return schema if isinstance(schema, StructType) else None
+    parsed = plain_ddl_struct(schema) or StructType.fromDDL(schema)  # (Spark's parser: a JVM call)
+    return parsed if isinstance(parsed, StructType) else None

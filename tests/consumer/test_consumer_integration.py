@@ -274,6 +274,28 @@ def test_seek_position_and_watermarks(broker, unique_topic, create_topic):
         assert c.poll(10).value == b"after-end"
 
 
+def test_a_bad_assign_changes_nothing(broker, unique_topic, create_topic):
+    """assign() checks every partition before it moves any: a bad offset or leader epoch is a
+    TypeError, and the partitions it named first are neither moved nor left waiting."""
+    create_topic(broker, unique_topic, 2)
+    for p in range(2):
+        produce(broker, unique_topic, [b"%d-%d" % (p, i) for i in range(20)], partition=p)
+    with kconsumer(broker) as c:
+        c.assign([TopicPartition(unique_topic, p, OFFSET_BEGINNING) for p in range(2)])
+        first = drain(c, 4, batch=4)
+        assert len(first) == 4
+        for bad in (TopicPartition(unique_topic, 1, "5"), TopicPartition(unique_topic, 1, 5, leader_epoch="0"),
+                    TopicPartition(unique_topic, "1", 5)):
+            with pytest.raises(TypeError, match="must be an int"):
+                c.assign([TopicPartition(unique_topic, 0, 10), bad])
+            with pytest.raises(TypeError, match="must be an int"):
+                c.incremental_assign([TopicPartition(unique_topic, 0, 10), bad])
+        got = drain(c, 36)  # partition 0 was not moved to 10, nor stalled: everything, once
+        assert sorted((r.partition, r.offset) for r in first + got) == [(p, o) for p in range(2) for o in range(20)]
+        c.assign([TopicPartition(unique_topic, p, 15) for p in range(2)])
+        assert sorted((r.partition, r.offset) for r in drain(c, 10)) == [(p, o) for p in range(2) for o in range(15, 20)]
+
+
 def test_offsets_for_times_agrees_with_confluent_kafka(broker, unique_topic, create_topic):
     """Neither peer searches by timestamp (Tansu answers 0, the mock -1): kwire must give what
     confluent-kafka gets from the same peer.  (The search itself is covered by the fake
