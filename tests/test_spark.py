@@ -1243,6 +1243,11 @@ def test_collect_of_a_fused_mapInArrow_is_sparks_collect(spark, peer, unique_top
         assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
     with pytest.raises(Exception, match="notatype|PARSE|DATATYPE"):  # a bad schema fails at once, as Spark's
         df.mapInArrow(_plain_columns, "a notatype")
+    with pytest.raises(Exception) as spark_s:  # not a struct: Spark's mapInArrow refuses it, its way
+        df.filter(F.lit(True)).mapInArrow(_plain_columns, "long")
+    with pytest.raises(type(spark_s.value)) as ours:
+        df.mapInArrow(_plain_columns, "long")
+    assert str(ours.value) == str(spark_s.value)
     # what Spark's collect refuses, this one does not answer either: duplicate names, a null
     # in a non-nullable column
     def outcome(frame):

@@ -289,6 +289,14 @@ def test_batch_layout_packs_one_task_per_core_only_when_asked():
     assert P.batch_layout(small[:2] + small[5:], 2, pack=True) == (small[:2] + small[5:], None)  # empties do not count
 
 
+def test_packing_is_for_local_masters_only():
+    from kwire.spark.dataframe import _local_mode
+
+    assert all(_local_mode(m) for m in ("local", "local[2]", "local[*]", "local[4, 3]", " local[2] "))
+    assert not any(_local_mode(m) for m in ("local-cluster[2, 1, 1024]", "spark://h:7077", "yarn",
+                                            "k8s://https://h", None, ""))
+
+
 def test_pack_ranges_into_fewer_tasks():
     ranges = [P.OffsetRange("t", p, 0, n) for p, n in enumerate([20, 18, 16, 14, 12, 0])]
     groups = P.pack_ranges(ranges, 2)
