@@ -103,7 +103,7 @@ def _assign_parts(call: str, partitions: Iterable[TopicPartition]) -> list[tuple
     """(topic, partition, offset, leader epoch) of each partition, checked before anything
     changes: an assign() that moves some partitions (their fences raised until the driver's
     SeekDone) must not stop half-way on a bad value and leave the rest waiting for good."""
-    parts = []
+    parts: list[tuple[str, int, int | None, int | None]] = []
     for tp in _tps(partitions):
         for name, value in (("partition", tp.partition), ("offset", tp.offset), ("leader_epoch", tp.leader_epoch)):
             if not (isinstance(value, int) and not isinstance(value, bool)) and not (value is None and name != "partition"):
