@@ -105,9 +105,23 @@ def test_streaming_planning_and_commits_are_logged_on_the_driver_console(peer, u
              .option("checkpointLocation", {str(tmp_path / 'ck')!r}).trigger(availableNow=True).start())
         q.awaitTermination()
         print("ROWS", sum(p["numInputRows"] for p in q.recentProgress))
+        # the commit is the source's, in the Python process the JVM started; that process's
+        # stderr reaches ours through a JVM thread, which a JVM exiting at once may cut short:
+        # wait for the commit in Kafka, give the line a moment, stop Spark in order
+        import time
+        from kwire.spark.offset_reader import OffsetReader
+        tps = [({unique_topic!r}, p) for p in range(2)]
+        with OffsetReader(ks.parse_options({opts!r})) as r:
+            deadline = time.monotonic() + 30
+            while set(r.committed({group!r}, tps).values()) != {{5}} and time.monotonic() < deadline:
+                time.sleep(0.1)
+            print("COMMITTED", sorted(r.committed({group!r}, tps).items()))
+        time.sleep(1)
+        spark.stop()
     """, pythonpath=ROOT, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ROWS 10" in run.stdout
+    assert f"COMMITTED [(({unique_topic!r}, 0), 5), (({unique_topic!r}, 1), 5)]" in run.stdout, run.stdout
     lines = [line for line in run.stderr.splitlines() if " kwire.spark [pid " in line]
     assert any("stream starts at" in line for line in lines), run.stderr[-3000:]
     assert any(f"{unique_topic}-0 reads [0, 5), 5 records" in line for line in lines), lines
